@@ -1,0 +1,187 @@
+"""What the compiler learns from a template before emitting code.
+
+* its AST, parsed in transformers' own chat-template environment (same lexer
+  settings, same ``{% generation %}`` extension), so whitespace control is
+  already applied in the literal text nodes;
+* its free variables, split into template inputs, special-token strings
+  (``bos_token``...) and knobs (``enable_thinking``...);
+* the roles it distinguishes;
+* the form of tool-call arguments it consumes (dict or JSON string), learned by
+  probe renders through the oracle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from jinja2 import TemplateSyntaxError, meta, nodes
+
+from .errors import CompileError
+from .translate import GLOBAL_FUNCTIONS, TEMPLATE_INPUTS, TemplateNames, Translator
+
+
+@dataclass(frozen=True)
+class TemplateFacts:
+    name: str  # file name, for messages
+    source: str
+    sha256: str
+    ast: nodes.Template
+    knobs: tuple[str, ...]
+    special_tokens: dict[str, str]
+    roles: tuple[str, ...]
+    tool_arguments: str  # "dict" | "string" | "either"
+
+
+def template_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def parse_template(source: str, name: str) -> nodes.Template:
+    """Parse with transformers' chat-template environment."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        environment = _compile_jinja_template(source).environment
+        return environment.parse(source)
+    except TemplateSyntaxError as exc:
+        raise CompileError(f"the template does not parse: {exc.message}", template=name, line=exc.lineno) from None
+
+
+def free_variables(ast: nodes.Template) -> set[str]:
+    return set(meta.find_undeclared_variables(ast)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+
+
+def compared_roles(ast: nodes.Template) -> tuple[str, ...]:
+    """String constants the template compares a ``role`` field with (``message.role == 'user'``)."""
+    roles: set[str] = set()
+
+    def is_role_access(node: nodes.Node) -> bool:
+        if isinstance(node, nodes.Getattr):
+            return node.attr == "role"
+        if isinstance(node, nodes.Getitem):
+            return isinstance(node.arg, nodes.Const) and node.arg.value == "role"
+        return False
+
+    for compare in ast.find_all(nodes.Compare):
+        operands = [compare.expr] + [operand.expr for operand in compare.ops]
+        if any(is_role_access(operand) for operand in operands):
+            for operand in operands:
+                if isinstance(operand, nodes.Const) and isinstance(operand.value, str):
+                    roles.add(operand.value)
+                if isinstance(operand, (nodes.List, nodes.Tuple)):
+                    roles |= {item.value for item in operand.items if isinstance(item, nodes.Const)}
+    for test in ast.find_all(nodes.Test):
+        if test.name in ("equalto", "eq", "==") and is_role_access(test.node):
+            roles |= {arg.value for arg in test.args if isinstance(arg, nodes.Const)}
+    return tuple(sorted(roles))
+
+
+def outputs_role_verbatim(ast: nodes.Template) -> bool:
+    """Whether the template prints ``message.role`` itself (then any role renders)."""
+    for output in ast.find_all(nodes.Output):
+        for node in output.find_all((nodes.Getattr, nodes.Getitem)):
+            if isinstance(node, nodes.Getattr) and node.attr == "role":
+                return True
+            if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "role":
+                return True
+    return False
+
+
+def split_free_variables(
+    ast: nodes.Template, special_token_values: dict[str, str], name: str, *, have_tokenizer: bool = True
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Free variables -> (knobs, special tokens with their values).
+
+    A free variable is a name the template reads that no ``set`` or loop binds at
+    that point under Jinja's scoping rules; the translator resolves names exactly,
+    so a first translation pass tells which ones stay free. Special-token names
+    (``bos_token``...) take the tokenizer's values; every other free name is a knob.
+    """
+    special = {variable: value for variable, value in special_token_values.items() if variable in free_variables(ast)}
+    first_pass = Translator(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
+    first_pass.translate_template(ast)
+    knobs = []
+    for variable in sorted(first_pass.unresolved):
+        if variable in STANDARD_SPECIAL_TOKENS and not have_tokenizer:
+            raise CompileError(
+                f"the template reads {variable!r} but no tokenizer (or --special-token) gives its value",
+                template=name,
+            )
+        knobs.append(variable)
+    return tuple(knobs), special
+
+
+STANDARD_SPECIAL_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+PROBE_ARGUMENTS = {"city": "Paris", "days": 3}
+
+
+def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
+    """Which form of tool-call arguments the template renders faithfully.
+
+    Renders one tool call with dict arguments and one with the same arguments as
+    a JSON string. A template that double-encodes the string (``tojson`` on it)
+    or fails on it consumes dicts; one that fails on the dict (string
+    concatenation) consumes strings; one that renders both sensibly takes either.
+    """
+    from .oracle import OracleRejected
+
+    as_string = json.dumps(PROBE_ARGUMENTS)
+
+    def render(arguments) -> str | None:
+        call = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        messages = [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+        try:
+            return oracle.render_text(messages)
+        except OracleRejected:
+            return None
+        except Exception:
+            return None
+
+    with_dict, with_string = render(dict(PROBE_ARGUMENTS)), render(as_string)
+    double_encoded = json.dumps(as_string)
+    string_ok = with_string is not None and double_encoded not in with_string and "city" in with_string
+    dict_ok = with_dict is not None and "Paris" in with_dict and "{'city'" not in with_dict
+    if dict_ok and string_ok:
+        return "either"
+    if dict_ok:
+        return "dict"
+    if string_ok:
+        return "string"
+    return "either"
+
+
+def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tuple]:
+    """Values worth trying for each knob: booleans, plus constants the template compares it with."""
+    candidates: dict[str, list] = {knob: [True, False] for knob in knobs}
+    for compare in ast.find_all(nodes.Compare):
+        operands = [compare.expr] + [operand.expr for operand in compare.ops]
+        names = [operand.name for operand in operands if isinstance(operand, nodes.Name) and operand.name in candidates]
+        for name in names:
+            for operand in operands:
+                if isinstance(operand, nodes.Const) and operand.value not in candidates[name]:
+                    candidates[name].append(operand.value)
+    return {knob: tuple(values) for knob, values in candidates.items()}
+
+
+def analyse(source: str, name: str, *, special_tokens: dict[str, str], have_tokenizer: bool, oracle) -> TemplateFacts:
+    """Everything the emitter needs to know about one template."""
+    ast = parse_template(source, name)
+    knobs, special = split_free_variables(ast, special_tokens, name, have_tokenizer=have_tokenizer)
+    roles = () if outputs_role_verbatim(ast) else compared_roles(ast)
+    return TemplateFacts(
+        name=name,
+        source=source,
+        sha256=template_sha256(source),
+        ast=ast,
+        knobs=knobs,
+        special_tokens=special,
+        roles=roles,
+        tool_arguments=probe_tool_arguments(oracle, roles),
+    )

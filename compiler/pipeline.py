@@ -1,0 +1,150 @@
+"""generate / verify / check: the compiler's three jobs, used by the CLI and the tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .analysis import TemplateFacts, analyse, knob_candidates, template_sha256
+from .emit import ModuleSpec, class_name_for, emit_module, family_module_name
+from .errors import CompileError, VerificationError
+from .oracle import ORACLE_VERSION, TemplateOracle
+from .source import TemplateSource
+from .verify import VerificationReport, verify
+
+DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
+
+
+@dataclass
+class Compiled:
+    source: TemplateSource
+    facts: TemplateFacts
+    spec: ModuleSpec
+    code: str
+    tokenizer: Any
+    oracle: TemplateOracle
+
+
+def load_tokenizer_for(source: TemplateSource) -> Any:
+    if source.tokenizer_dir is None:
+        return None
+    from rllm_renderers.loading import load_tokenizer
+
+    return load_tokenizer(source.tokenizer_dir)
+
+
+def regenerate_command(source: TemplateSource, module: str | None) -> str:
+    command = f"python -m compiler generate --model {source.model_id}"
+    if source.origin == "corpus":
+        command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"
+    if module and module != family_module_name(source.model_id):
+        command += f" --name {module}"
+    return command
+
+
+def compile_source(
+    source: TemplateSource, *, module: str | None = None, special_tokens: dict[str, str] | None = None
+) -> Compiled:
+    """Analyse and emit (no verification, nothing written)."""
+    tokenizer = load_tokenizer_for(source)
+    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
+    facts = analyse(
+        source.source,
+        source.display_name,
+        special_tokens=oracle.special_tokens,
+        have_tokenizer=tokenizer is not None,
+        oracle=oracle,
+    )
+    module_name = module or family_module_name(source.model_id)
+    spec = ModuleSpec(
+        module=module_name,
+        class_name=class_name_for(module_name),
+        model_ids=source.model_ids or (source.model_id,),
+        command=regenerate_command(source, module),
+        oracle_version=ORACLE_VERSION,
+    )
+    return Compiled(source, facts, spec, emit_module(facts, spec), tokenizer, oracle)
+
+
+def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
+    """Execute generated code as a fresh module (not registered in sys.modules)."""
+    module = types.ModuleType(f"generated.{module_name}")
+    module.__file__ = f"<generated {module_name}>"
+    exec(compile(code, module.__file__, "exec"), module.__dict__)
+    return getattr(module, class_name)
+
+
+def load_generated_file(path: Path) -> type:
+    """The renderer class defined in a checked-in generated file."""
+    spec = importlib.util.spec_from_file_location(f"generated.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    classes = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__ and hasattr(value, "TEMPLATE_SHA256")
+    ]
+    if len(classes) != 1:
+        raise CompileError(f"{path} should define exactly one renderer class, found {len(classes)}")
+    return classes[0]
+
+
+def verify_compiled(renderer_class: type, compiled: Compiled, *, cases: int, seed: int) -> VerificationReport:
+    return verify(
+        renderer_class,
+        compiled.oracle,
+        tokenizer=compiled.tokenizer,
+        cases=cases,
+        seed_value=seed,
+        knob_candidates=knob_candidates(compiled.facts.ast, compiled.facts.knobs),
+    )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` completely or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def generate(
+    source: TemplateSource,
+    out_dir: Path,
+    *,
+    cases: int,
+    seed: int,
+    module: str | None = None,
+    special_tokens: dict[str, str] | None = None,
+) -> tuple[Path, VerificationReport]:
+    """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
+    compiled = compile_source(source, module=module, special_tokens=special_tokens)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
+    if not report.ok:
+        raise VerificationError(report.failure.report(), template=compiled.facts.name)
+    path = out_dir / f"{compiled.spec.module}.py"
+    write_atomically(path, compiled.code)
+    return path, report
+
+
+def source_drifted(renderer_class: type, source: TemplateSource) -> bool:
+    return renderer_class.TEMPLATE_SHA256 != template_sha256(source.source)
+
+
+def ensure_importable() -> None:
+    """Make the repository root importable (for `generated.*` and `rllm_renderers`)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)

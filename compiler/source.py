@@ -1,0 +1,149 @@
+"""Where a model's chat template (and tokenizer) comes from.
+
+In order of preference:
+
+1. ``--template FILE`` (and ``--tokenizer DIR``) given explicitly;
+2. ``templates_overrides/<org>/<name>.jinja``: our own template for a model whose
+   upstream one is missing or unusable (an optional ``<name>.json`` beside it names
+   the corpus tokenizer folder and any extra model ids sharing the template);
+3. a corpus folder laid out like ``../shared/corpus`` (``templates/MANIFEST.tsv``
+   maps model ids to template files and tokenizer folders);
+4. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
+   ``HF_HUB_OFFLINE=1`` restricts it to the cache).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SourceError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OVERRIDES_DIR = REPO_ROOT / "templates_overrides"
+
+
+@dataclass(frozen=True)
+class TemplateSource:
+    model_id: str
+    template_path: Path | None  # None when the template came from the Hub's tokenizer_config.json
+    source: str
+    tokenizer_dir: Path | None
+    origin: str  # "file", "override", "corpus", "hub"
+    model_ids: tuple[str, ...] = field(default=())  # every model id known to ship this template
+
+    @property
+    def display_name(self) -> str:
+        return self.template_path.name if self.template_path else f"{self.model_id} (hub)"
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    model_id: str
+    template: Path
+    tokenizer: Path | None
+
+
+def read_corpus_manifest(corpus: Path) -> list[CorpusEntry]:
+    manifest = corpus / "templates" / "MANIFEST.tsv"
+    if not manifest.is_file():
+        raise SourceError(f"no corpus manifest at {manifest}")
+    entries = []
+    with manifest.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            tokenizer = None
+            if row.get("tokenizer") and row["tokenizer"] != "-":
+                tokenizer = corpus / "tokenizers" / row["tokenizer"]
+            entries.append(CorpusEntry(row["model_id"], corpus / "templates" / row["file"], tokenizer))
+    return entries
+
+
+def override_paths(model_id: str) -> tuple[Path, Path]:
+    org, _, name = model_id.partition("/")
+    folder = OVERRIDES_DIR / org if name else OVERRIDES_DIR
+    stem = name or org
+    return folder / f"{stem}.jinja", folder / f"{stem}.json"
+
+
+def resolve_source(
+    model_id: str,
+    *,
+    template: Path | None = None,
+    tokenizer: Path | None = None,
+    corpus: Path | None = None,
+    allow_hub: bool = True,
+) -> TemplateSource:
+    """Find the template (and tokenizer folder) for ``model_id``; raises SourceError naming what is missing."""
+    corpus_entries = read_corpus_manifest(corpus) if corpus else []
+    by_model = {entry.model_id: entry for entry in corpus_entries}
+
+    if template is not None:
+        if not template.is_file():
+            raise SourceError(f"template file not found: {template}")
+        source = template.read_text(encoding="utf-8")
+        tokenizer_dir = tokenizer or (by_model[model_id].tokenizer if model_id in by_model else None)
+        return TemplateSource(model_id, template, source, tokenizer_dir, "file", same_template_ids(model_id, source, corpus_entries))
+
+    override, metadata_path = override_paths(model_id)
+    if override.is_file():
+        metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.is_file() else {}
+        tokenizer_dir = tokenizer
+        if tokenizer_dir is None and corpus and metadata.get("corpus_tokenizer"):
+            tokenizer_dir = corpus / "tokenizers" / metadata["corpus_tokenizer"]
+        model_ids = (model_id, *metadata.get("also_models", []))
+        return TemplateSource(model_id, override, override.read_text(encoding="utf-8"), tokenizer_dir, "override", model_ids)
+
+    if model_id in by_model:
+        entry = by_model[model_id]
+        source = entry.template.read_text(encoding="utf-8")
+        return TemplateSource(
+            model_id, entry.template, source, tokenizer or entry.tokenizer, "corpus", same_template_ids(model_id, source, corpus_entries)
+        )
+
+    if allow_hub:
+        return hub_source(model_id, tokenizer)
+    raise SourceError(
+        f"no template for {model_id!r}: pass --template, add templates_overrides/{model_id}.jinja, "
+        "or point --corpus at a folder whose MANIFEST.tsv lists it"
+    )
+
+
+def same_template_ids(model_id: str, source: str, entries: list[CorpusEntry]) -> tuple[str, ...]:
+    ids = [model_id]
+    for entry in entries:
+        if entry.model_id != model_id and entry.template.is_file() and entry.template.read_text(encoding="utf-8") == source:
+            ids.append(entry.model_id)
+    return tuple(ids)
+
+
+def hub_source(model_id: str, tokenizer: Path | None) -> TemplateSource:
+    """The template and tokenizer from the Hub (or, offline, its cache)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        raise SourceError("huggingface_hub is needed to fetch templates from the Hub") from None
+    try:
+        folder = Path(
+            snapshot_download(
+                model_id,
+                allow_patterns=["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"],
+                local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1",
+            )
+        )
+    except Exception as exc:  # the hub library raises many kinds; all mean "not available"
+        raise SourceError(f"could not get {model_id!r} from the Hugging Face Hub or its cache: {exc}") from None
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        source = jinja_file.read_text(encoding="utf-8")
+    else:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        source = config.get("chat_template")
+        if isinstance(source, list):
+            source = next((item["template"] for item in source if item.get("name") == "default"), None)
+        if not isinstance(source, str):
+            raise SourceError(f"{model_id!r} ships no chat template; add one under templates_overrides/")
+        jinja_file = None
+    return TemplateSource(model_id, jinja_file, source, tokenizer or folder, "hub", (model_id,))

@@ -1,0 +1,196 @@
+"""Differential verification: a generated renderer against transformers' apply_chat_template.
+
+Conversations come from the hypothesis strategies in :mod:`compiler.conversations`,
+drawn over every feature the template reads (its roles, its knobs, the tool-call
+argument form it consumes). For each one the renderer must give the oracle's
+text (and token ids, when a tokenizer is present), or raise ``ValueError`` where
+the template raises; for ``raise_exception`` the message must be the same. On a
+mismatch hypothesis shrinks the conversation, and the report carries the
+smallest failing one with a diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
+from .oracle import OracleRejected, TemplateOracle
+
+DEFAULT_ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass
+class Failure:
+    case: Case
+    reason: str
+    diff: str = ""
+
+    def report(self) -> str:
+        lines = [f"mismatch: {self.reason}", "smallest failing conversation:", self.case.describe()]
+        if self.diff:
+            lines += ["diff (template -> renderer):", self.diff]
+        return "\n".join(lines)
+
+
+@dataclass
+class VerificationReport:
+    text_checked: int = 0
+    text_matched: int = 0
+    tokens_checked: int = 0
+    tokens_matched: int = 0
+    rejected_alike: int = 0  # cases the template and the renderer both refused
+    failure: Failure | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def summary(self) -> str:
+        parts = [f"text: {self.text_matched}/{self.text_checked} match"]
+        if self.tokens_checked:
+            parts.append(f"tokens: {self.tokens_matched}/{self.tokens_checked} match")
+        parts.append(f"({self.rejected_alike} rejected alike)")
+        return ", ".join(parts)
+
+
+def features_for(renderer_class: type, knob_candidates: dict[str, tuple]) -> ConversationFeatures:
+    roles = tuple(role for role in renderer_class.ROLES if role in DEFAULT_ROLES) or DEFAULT_ROLES
+    if "user" not in roles:
+        roles = roles + ("user",)
+    arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
+    knobs = tuple((knob, knob_candidates.get(knob, (True, False))) for knob in renderer_class.KNOBS)
+    return ConversationFeatures(roles=roles, knobs=knobs, arguments_form=arguments_form)
+
+
+class DifferentialChecker:
+    """Compares one renderer class with the oracle, case by case."""
+
+    def __init__(self, renderer_class: type, oracle: TemplateOracle, tokenizer: Any = None) -> None:
+        self.renderer_class = renderer_class
+        self.oracle = oracle
+        self.tokenizer = tokenizer
+        self.report = VerificationReport()
+        self._renderers: dict[str, Any] = {}
+
+    def renderer(self, knobs: dict) -> Any:
+        key = json.dumps(knobs, sort_keys=True, default=repr)
+        if key not in self._renderers:
+            self._renderers[key] = self.renderer_class(self.tokenizer, **knobs)
+        return self._renderers[key]
+
+    def check(self, case: Case) -> Failure | None:
+        """None when the renderer agrees with the template on ``case``."""
+        renderer = self.renderer(case.knobs)
+        try:
+            messages = renderer.normalize_messages(case.messages)
+        except ValueError as exc:
+            return Failure(case, f"the renderer refused the input: {exc}")
+        arguments = dict(tools=case.tools, add_generation_prompt=case.add_generation_prompt)
+        self.report.text_checked += 1
+        try:
+            expected = self.oracle.render_text(messages, knobs=case.knobs, **arguments)
+        except OracleRejected as rejection:
+            return self._check_rejection(renderer, messages, arguments, case, rejection)
+        try:
+            actual = renderer.render_text(messages, **arguments)
+        except Exception as exc:  # any failure here is a mismatch to report
+            return Failure(case, f"the template renders but the renderer raised {type(exc).__name__}: {exc}")
+        if actual != expected:
+            return Failure(case, "text differs", text_diff(expected, actual))
+        self.report.text_matched += 1
+        if self.tokenizer is None:
+            return None
+        self.report.tokens_checked += 1
+        expected_ids = self.oracle.render_ids(messages, knobs=case.knobs, **arguments)
+        actual_ids = renderer.render_ids(messages, **arguments)
+        if actual_ids != expected_ids:
+            return Failure(case, "token ids differ", ids_diff(expected_ids, actual_ids, self.tokenizer))
+        rendered = renderer.render(messages, **arguments)
+        if rendered.token_ids != actual_ids or len(rendered.message_indices) != len(actual_ids):
+            return Failure(case, "render() disagrees with render_ids()")
+        self.report.tokens_matched += 1
+        return None
+
+    def _check_rejection(self, renderer, messages, arguments, case, rejection: OracleRejected) -> Failure | None:
+        try:
+            renderer.render_text(messages, **arguments)
+        except ValueError as exc:
+            if rejection.exc_type_name == "TemplateError" and str(exc) != rejection.message:
+                return Failure(case, f"both refuse, but with different messages: {rejection.message!r} vs {str(exc)!r}")
+            self.report.text_matched += 1
+            self.report.rejected_alike += 1
+            return None
+        except Exception as exc:
+            return Failure(case, f"the template raised {rejection!r}; the renderer raised {type(exc).__name__}: {exc}")
+        return Failure(case, f"the template raised {rejection!r} but the renderer rendered")
+
+
+def verify(
+    renderer_class: type,
+    oracle: TemplateOracle,
+    *,
+    tokenizer: Any = None,
+    cases: int = 200,
+    seed_value: int = 0,
+    knob_candidates: dict[str, tuple] | None = None,
+) -> VerificationReport:
+    """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk)."""
+    checker = DifferentialChecker(renderer_class, oracle, tokenizer)
+    features = features_for(renderer_class, knob_candidates or {})
+    for case in fixed_edge_cases(features):
+        failure = checker.check(case)
+        if failure is not None:
+            checker.report.failure = failure
+            return checker.report
+    if cases <= 0:
+        return checker.report
+
+    failures: list[Failure] = []
+
+    @settings(
+        max_examples=cases,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @seed(seed_value)
+    @given(conversation_cases(features))
+    def property_holds(case: Case) -> None:
+        failure = checker.check(case)
+        if failure is not None:
+            failures.append(failure)
+            raise AssertionError(failure.reason)
+
+    try:
+        property_holds()
+    except AssertionError:
+        # hypothesis replays the shrunk example last, so the last failure is the smallest.
+        checker.report.failure = failures[-1]
+    return checker.report
+
+
+def text_diff(expected: str, actual: str) -> str:
+    lines = difflib.unified_diff(
+        expected.splitlines(keepends=True), actual.splitlines(keepends=True), "template", "renderer", lineterm=""
+    )
+    return "\n".join(repr(line) if not line.startswith(("---", "+++", "@@")) else line for line in lines)
+
+
+def ids_diff(expected: list[int], actual: list[int], tokenizer: Any) -> str:
+    first = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+    window = slice(max(0, first - 3), first + 5)
+    return (
+        f"first difference at token {first}\n"
+        f"  template: {expected[window]} {tokenizer.convert_ids_to_tokens(expected[window])}\n"
+        f"  renderer: {actual[window]} {tokenizer.convert_ids_to_tokens(actual[window])}"
+    )

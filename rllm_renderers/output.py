@@ -1,0 +1,50 @@
+"""The text buffer a generated renderer writes into, with message attribution marks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RenderOutput:
+    """Collects rendered text pieces and remembers which message each piece belongs to.
+
+    Generated code calls ``out.append(text)`` for every piece the template outputs,
+    ``out.mark_message(message)`` when its message loop starts rendering a message
+    and ``out.mark_scaffold()`` when it leaves the loop. Messages are recognised by
+    identity, so the marks stay right when a template slices ``messages``
+    (``messages[1:]``) or loops over a filtered copy.
+    """
+
+    __slots__ = ("parts", "append", "marks", "_index_by_id")
+
+    def __init__(self, messages: list[Any]) -> None:
+        self.parts: list[str] = []
+        self.append = self.parts.append
+        self.marks: list[tuple[int, int]] = []
+        self._index_by_id = {id(message): index for index, message in enumerate(messages)}
+
+    def mark_message(self, message: Any) -> None:
+        """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""
+        self.marks.append((len(self.parts), self._index_by_id.get(id(message), -1)))
+
+    def mark_scaffold(self) -> None:
+        """Text appended from now on belongs to no message."""
+        self.marks.append((len(self.parts), -1))
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def message_spans(self) -> list[tuple[int, int]]:
+        """``(char_start, message_index)`` pairs, in order, starting at character 0 with -1."""
+        spans = [(0, -1)]
+        offset = 0
+        part_index = 0
+        for mark_part, message_index in self.marks:
+            while part_index < mark_part:
+                offset += len(self.parts[part_index])
+                part_index += 1
+            if spans[-1][0] == offset:
+                spans[-1] = (offset, message_index)
+            else:
+                spans.append((offset, message_index))
+        return spans

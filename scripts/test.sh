@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up a fresh machine and run every test: unit + differential suites, then the
+# compiler's own verification of all checked-in renderers and the staleness check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export RLLM_CORPUS="${RLLM_CORPUS:-$(cd .. && pwd)/shared/corpus}"
+export HF_HUB_OFFLINE=1
+.venv/bin/python -m compiler check --corpus "$RLLM_CORPUS"
+.venv/bin/python -m compiler verify --all --corpus "$RLLM_CORPUS" --cases "${VERIFY_CASES:-500}"
+.venv/bin/python -m pytest -q -p no:cacheprovider
