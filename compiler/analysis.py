@@ -133,16 +133,19 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
 
     def render(arguments) -> str | None:
         call = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
-        messages = [
-            {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-        ]
-        try:
-            return oracle.render_text(messages)
-        except OracleRejected:
-            return None
-        except Exception:
-            return None
+        # Some templates render tool calls only without content (DeepSeek-V3), others need it.
+        for content in (None, ""):
+            messages = [
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": content, "tool_calls": [call]},
+            ]
+            try:
+                text = oracle.render_text(messages)
+            except OracleRejected:
+                continue
+            if "get_weather" in text:
+                return text
+        return None
 
     with_dict, with_string = render(dict(PROBE_ARGUMENTS)), render(as_string)
     double_encoded = json.dumps(as_string)

@@ -6,6 +6,7 @@ same bytes (no timestamps, sorted iteration, black pinned in pyproject.toml).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import black
 
 from . import __version__
 from .analysis import TemplateFacts
+from .probes import ProbeFacts
 from .translate import TemplateNames, Translator
 
 BLACK_MODE = black.Mode(
@@ -62,8 +64,25 @@ def knob_local(knob: str) -> str:
     return knob if knob.isidentifier() else re.sub(r"\W", "_", knob)
 
 
-def emit_module(facts: TemplateFacts, spec: ModuleSpec) -> str:
-    """The full text of ``generated/<module>.py``, black-formatted."""
+def dataclass_literal(value: object) -> str:
+    """``TurnFormat(close="<|im_end|>", ...)`` with only the fields that differ from their defaults."""
+    if value is None:
+        return "None"
+    arguments = []
+    for field in dataclasses.fields(value):
+        current = getattr(value, field.name)
+        if field.default is not dataclasses.MISSING and current == field.default:
+            continue
+        arguments.append(f"{field.name}={current!r}")
+    return f"{type(value).__name__}({', '.join(arguments)})"
+
+
+def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None = None) -> str:
+    """The full text of ``generated/<module>.py``, black-formatted.
+
+    ``turn`` carries what probing the first-pass class learned about assistant turns
+    (see :mod:`compiler.probes`); without it the class can render but not parse or bridge.
+    """
     names = TemplateNames(
         knobs={knob: knob_local(knob) for knob in facts.knobs},
         special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
@@ -73,12 +92,18 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec) -> str:
 
     lines: list[str] = []
     lines += header_docstring(facts, spec)
-    lines += ["", "from rllm_renderers import template_runtime as jinja", "from rllm_renderers.base import GeneratedRenderer", ""]
+    lines += [
+        "",
+        "from rllm_renderers import template_runtime as jinja",
+        "from rllm_renderers.base import GeneratedRenderer",
+        "from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat",
+        "",
+    ]
     for variable, value in sorted(facts.special_tokens.items()):
         lines.append(f"{constant_name(variable)} = {value!r}")
     lines += ["", ""]
     lines.append(f"class {spec.class_name}(GeneratedRenderer):")
-    lines += class_docstring(facts, spec)
+    lines += class_docstring(facts, spec, turn)
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
     lines.append(f"    KNOBS = {tuple(facts.knobs)!r}")
@@ -86,6 +111,11 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec) -> str:
     lines.append(f"    SPECIAL_TOKENS = {{{special}}}")
     lines.append(f"    ROLES = {tuple(facts.roles)!r}")
     lines.append(f"    TOOL_ARGUMENTS = {facts.tool_arguments!r}")
+    if turn is not None:
+        lines.append(f"    TURN = {dataclass_literal(turn.turn)}")
+        lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")
+        lines.append(f"    TOOL_CALLS = {dataclass_literal(turn.tool_calls)}")
+        lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
     lines.append("")
     lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
     lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')
@@ -110,18 +140,19 @@ def header_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
     ]
 
 
-def class_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
+def class_docstring(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None) -> list[str]:
     arguments = {
         "dict": "dicts (JSON-string arguments are parsed first)",
         "string": "JSON strings (dict arguments are serialised first)",
         "either": "dicts or JSON strings, rendered as given",
     }[facts.tool_arguments]
     knobs = ", ".join(facts.knobs) if facts.knobs else "none"
-    return [
-        f'    """Renders {spec.model_ids[0]} conversations exactly as its chat template does.',
+    lines = [
+        f'    r"""Renders {spec.model_ids[0]} conversations exactly as its chat template does.',
         "",
         f"    Template knobs (constructor keywords): {knobs}.",
         f"    Tool-call arguments: the template consumes {arguments}.",
-        '    """',
-        "",
     ]
+    if turn is not None:
+        lines += ["", *("    " + line for line in turn.describe())]
+    return lines + ['    """', ""]

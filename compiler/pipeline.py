@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import types
@@ -15,8 +17,10 @@ from .analysis import TemplateFacts, analyse, knob_candidates, template_sha256
 from .emit import ModuleSpec, class_name_for, emit_module, family_module_name
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
+from .probes import ProbeError, ProbeFacts, probe
 from .source import TemplateSource
-from .verify import VerificationReport, verify
+from .stability import measure_prefix_stability
+from .verify import VerificationReport, features_for, verify
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
 
@@ -48,6 +52,28 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
     return command
 
 
+def added_token_strings(tokenizer: Any, facts: TemplateFacts) -> frozenset[str]:
+    """The tokenizer's added tokens; without a tokenizer, the special-looking strings of the template."""
+    if tokenizer is not None:
+        from rllm_renderers.tokenization import text_encoder_for
+
+        return text_encoder_for(tokenizer).added_token_strings
+    found = set(re.findall(r"<[|｜][^<>\s]{1,40}?[|｜]>|<(?:start|end)_of_\w+>", facts.source))
+    return frozenset(found | set(facts.special_tokens.values()))
+
+
+def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features) -> ProbeFacts:
+    """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
+    renderer = renderer_class(tokenizer)
+    eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else compiled_facts.special_tokens.get("eos_token")
+    facts = probe(renderer, added_token_strings(tokenizer, compiled_facts), eos)
+    stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
+    return dataclasses.replace(facts, prefix_stable=stable, prefix_counterexample=counterexample)
+
+
+STABILITY_CASES = 150
+
+
 def compile_source(
     source: TemplateSource, *, module: str | None = None, special_tokens: dict[str, str] | None = None
 ) -> Compiled:
@@ -69,7 +95,13 @@ def compile_source(
         command=regenerate_command(source, module),
         oracle_version=ORACLE_VERSION,
     )
-    return Compiled(source, facts, spec, emit_module(facts, spec), tokenizer, oracle)
+    first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
+    features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs))
+    try:
+        turn = learn_turn_format(first_pass, facts, tokenizer, features)
+    except ProbeError as exc:
+        raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
+    return Compiled(source, facts, spec, emit_module(facts, spec, turn), tokenizer, oracle)
 
 
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:

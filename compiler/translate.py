@@ -472,7 +472,8 @@ class Translator:
     def expr_Name(self, node: nodes.Name) -> PyExpr:
         if node.name == "loop":
             raise self.error(node, "cannot translate `loop` used as a value")
-        return PyExpr(self.name_load(node.name, node))
+        code = self.name_load(node.name, node)
+        return PyExpr(code, is_str=code in self.names.special_tokens.values())
 
     def name_load(self, name: str, node: nodes.Node) -> str:
         local = self.scope.lookup(name)

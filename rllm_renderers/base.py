@@ -12,8 +12,11 @@ import json
 from typing import Any, ClassVar
 
 from . import template_runtime as jinja
+from .bridge import RETENTION_POLICIES, bridge_turn
+from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
-from .types import Message, RenderedTokens, ToolSpec
+from .parsing import parse_text, to_parsed_response
+from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
@@ -33,8 +36,18 @@ class GeneratedRenderer:
     ROLES: ClassVar[tuple[str, ...]] = ()
     #: How the template consumes tool-call arguments: "dict", "string" or "either".
     TOOL_ARGUMENTS: ClassVar[str] = "either"
+    #: How an assistant turn ends, what follows it, and the stop tokens.
+    TURN: ClassVar[TurnFormat]
+    #: Reasoning markers, or None when the template does not render reasoning.
+    REASONING: ClassVar[ReasoningFormat | None] = None
+    #: Tool-call syntax, or None when the template renders no tool calls.
+    TOOL_CALLS: ClassVar[ToolCallFormat | None] = None
+    #: Whether appending messages always leaves an earlier render's text unchanged.
+    PREFIX_STABLE: ClassVar[bool] = False
+    #: Bridge retention policy when none is given (see ``bridge_to_next_turn``).
+    DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
 
-    def __init__(self, tokenizer: Any = None, **knobs: Any) -> None:
+    def __init__(self, tokenizer: Any = None, *, thinking_retention: str | None = None, **knobs: Any) -> None:
         unknown = sorted(set(knobs) - set(self.KNOBS))
         if unknown:
             known = ", ".join(self.KNOBS) or "none"
@@ -42,12 +55,17 @@ class GeneratedRenderer:
                 f"unknown template knob {unknown[0]!r} for {type(self).__name__}; "
                 f"the template reads these knobs: {known}"
             )
+        retention = thinking_retention or self.DEFAULT_THINKING_RETENTION
+        if retention not in RETENTION_POLICIES:
+            raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
+        self.thinking_retention = retention
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
         self.knobs = {name: jinja.template_data(knobs[name]) if name in knobs else jinja.Undefined(name) for name in self.KNOBS}
         if tokenizer is not None:
             self._check_special_tokens(tokenizer)
         self._encoder = None
+        self._generation_prompt: str | None = None
 
     def _check_special_tokens(self, tokenizer: Any) -> None:
         for name, baked in self.SPECIAL_TOKENS.items():
@@ -63,6 +81,7 @@ class GeneratedRenderer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_encoder"] = None
+        state["_generation_prompt"] = None
         return state
 
     # --- inputs ---------------------------------------------------------------------
@@ -173,22 +192,143 @@ class GeneratedRenderer:
     def render(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> RenderedTokens:
-        """Token ids with each token attributed to the message it was rendered for (-1: scaffolding)."""
+        """Token ids with attribution: each token's message (-1: scaffolding) and whether the model samples it."""
         out = self._render_output(messages, tools, add_generation_prompt)
-        token_ids, offsets = self.encoder.encode_with_offsets(out.text())
+        text = out.text()
+        token_ids, offsets = self.encoder.encode_with_offsets(text)
         spans = out.message_spans()
-        message_indices = []
+        sampled_ranges = self._sampled_ranges(text, spans, messages)
+        content_ranges = self._content_ranges(text, spans, messages)
+        message_indices, sampled_mask, is_content = [], [], []
         span = 0
         for offset in offsets:
             while span + 1 < len(spans) and spans[span + 1][0] <= offset:
                 span += 1
             message_indices.append(spans[span][1])
+            sampled_mask.append(any(start <= offset < end for start, end in sampled_ranges))
+            is_content.append(any(start <= offset < end for start, end in content_ranges))
         return RenderedTokens(
             token_ids=token_ids,
             message_indices=message_indices,
+            sampled_mask=sampled_mask,
+            is_content=is_content,
             message_roles=[message.get("role", "") for message in messages],
             message_tool_names=tool_names(messages),
         )
+
+    def _message_ranges(self, text: str, spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        ranges: dict[int, tuple[int, int]] = {}
+        for position, (start, index) in enumerate(spans):
+            end = spans[position + 1][0] if position + 1 < len(spans) else len(text)
+            if index >= 0 and index not in ranges:
+                ranges[index] = (start, end)
+        return ranges
+
+    def _sampled_ranges(self, text: str, spans, messages: list[Message]) -> list[tuple[int, int]]:
+        """Per assistant message: from the end of its header (the generation prompt) through its close."""
+        prompt = self.generation_prompt()
+        ranges = []
+        for index, (start, end) in self._message_ranges(text, spans).items():
+            if messages[index].get("role") != "assistant":
+                continue
+            body = text[start:end]
+            header = 0
+            while header < min(len(prompt), len(body)) and body[header] == prompt[header]:
+                header += 1
+            close_end = end - len(self.TURN.after_close) if body.endswith(self.TURN.after_close) else end
+            ranges.append((start + header, close_end))
+        return ranges
+
+    def _content_ranges(self, text: str, spans, messages: list[Message]) -> list[tuple[int, int]]:
+        """Where each message's own text (content, reasoning, tool arguments) landed in its span."""
+        ranges = list(self._sampled_ranges(text, spans, messages))
+        for index, (start, end) in self._message_ranges(text, spans).items():
+            content = messages[index].get("content")
+            if messages[index].get("role") != "assistant" and isinstance(content, str) and content:
+                at = text.find(content, start, end)
+                if at >= 0:
+                    ranges.append((at, at + len(content)))
+        return ranges
+
+    # --- facts used by the parser and the bridge --------------------------------------
+
+    @property
+    def is_prefix_stable(self) -> bool:
+        return self.PREFIX_STABLE
+
+    def generation_prompt(self) -> str:
+        """What ``add_generation_prompt=True`` appends (for this instance's knobs)."""
+        if self._generation_prompt is None:
+            probe = [{"role": "user", "content": "Hello."}]
+            without = self.render_text(probe)
+            with_prompt = self.render_text(probe, add_generation_prompt=True)
+            self._generation_prompt = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
+        return self._generation_prompt
+
+    def get_stop_token_ids(self) -> list[int]:
+        """Ids of the tokens that end an assistant turn (the turn close first)."""
+        return [self.encoder.token_id(token) for token in self.TURN.stop_tokens]
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids`` with special tokens kept; ids outside the vocabulary are skipped."""
+        return self.encoder.decode(token_ids)
+
+    def parse_response(
+        self,
+        token_ids: list[int],
+        *,
+        tools: list[ToolSpec] | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> ParsedResponse:
+        """Content, reasoning and tool calls of a sampled turn; never raises on a list of ints."""
+        ids = [token for token in token_ids if isinstance(token, int)]
+        stop_ids = set(self.get_stop_token_ids())
+        end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
+        ids = ids[:end]
+        text = self.decode(ids)
+        prompt_tail = self.decode(list(prompt_ids)[-64:]) if prompt_ids else self.generation_prompt()
+        parsed = parse_text(
+            text,
+            reasoning=self.REASONING,
+            tool_calls=self.TOOL_CALLS,
+            reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
+            tools=tools,
+        )
+        return to_parsed_response(parsed, lambda start, stop: self._token_span(ids, start, stop))
+
+    def _reasoning_prefilled(self, prompt_tail: str) -> bool:
+        """Whether the prompt ends inside an open reasoning block (a prefilled ``<think>``)."""
+        reasoning = self.REASONING
+        if reasoning is None or not reasoning.open:
+            return False
+        at = prompt_tail.rfind(reasoning.open)
+        return at >= 0 and reasoning.close not in prompt_tail[at:] and not prompt_tail[at + len(reasoning.open) :].strip()
+
+    def _token_span(self, ids: list[int], start: int, stop: int) -> tuple[int, int]:
+        return (self._token_at(ids, start), self._token_at(ids, stop))
+
+    def _token_at(self, ids: list[int], char: int) -> int:
+        """The smallest k whose decoded prefix ``ids[:k]`` covers ``char`` characters."""
+        low, high = 0, len(ids)
+        while low < high:
+            middle = (low + high) // 2
+            if len(self.decode(ids[:middle])) >= char:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def bridge_to_next_turn(
+        self,
+        previous_prompt_ids: list[int],
+        previous_completion_ids: list[int],
+        new_messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+    ) -> RenderedTokens | None:
+        """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
+        generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
+        return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
 
 
 def tool_names(messages: list[Message]) -> list[str | None]:

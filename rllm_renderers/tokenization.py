@@ -200,6 +200,8 @@ class TextEncoder:
         }
         self._pattern = _longest_match_pattern(self._splitters)
 
+        self._backend = backend
+        self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._whole_text = _prepends_on_first_piece_only(backend)
         flagged = any(token.lstrip or token.rstrip or token.single_word for token in added.values())
         if flagged and not self._whole_text:
@@ -226,6 +228,11 @@ class TextEncoder:
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(t) for t in texts]`` with a single backend call for all spans of all texts."""
         return [ids for ids, _ in self._encode(list(texts), with_offsets=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens kept; ids outside the vocabulary are skipped."""
+        valid = [token for token in ids if isinstance(token, int) and 0 <= token < self._vocab_size]
+        return self._backend.decode(valid, skip_special_tokens=False)
 
     def token_id(self, token: str) -> int:
         """The id of ``token``: its added-token id, else the one id its text encodes to.

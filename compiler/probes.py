@@ -1,0 +1,396 @@
+"""Learn an assistant turn's syntax by rendering needle conversations and diffing them.
+
+The compiled renderer is an exact translation of the template, so probing it is
+probing the template. Each probe renders a tiny conversation whose assistant
+message carries unmistakable needles (``cnq7``, ``fnq7``...) and reads the
+literal text around them: the turn close and what follows it, the reasoning
+markers, the tool-call syntax. The results become class constants of the
+generated renderer (see :mod:`rllm_renderers.formats`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
+
+CONTENT = "cnq7"
+REASONING = "rnq7"
+FIRST_TOOL = "fnq7"
+SECOND_TOOL = "gnq7"
+KEY_A, VALUE_A = "akq7", "avq7"
+KEY_B, VALUE_B = "bkq7", "bvq7"
+USER = {"role": "user", "content": "uq7"}
+
+
+@dataclass(frozen=True)
+class ProbeFacts:
+    turn: TurnFormat
+    reasoning: ReasoningFormat | None
+    tool_calls: ToolCallFormat | None
+    notes: tuple[str, ...]
+    generation_prompt: str = ""
+    prefix_stable: bool = False
+    prefix_counterexample: str = ""
+
+    def describe(self) -> list[str]:
+        """Docstring lines telling a reviewer what the parser and the bridge rely on."""
+        lines = [
+            f"Assistant turns end with {self.turn.close!r} (stop tokens: {', '.join(self.turn.stop_tokens)});",
+            f"the template then writes {self.turn.after_close!r} before the next message.",
+            f"Generation prompt (default knobs): {self.generation_prompt!r}.",
+        ]
+        if self.reasoning is not None:
+            lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
+        if self.tool_calls is not None:
+            lines.append(
+                f"Tool calls ({self.tool_calls.style}): {self.tool_calls.call_start!r} NAME "
+                f"{self.tool_calls.name_end!r} ARGUMENTS {self.tool_calls.call_end!r}."
+            )
+        lines += [f"Note: {note}." for note in self.notes]
+        if self.prefix_stable:
+            lines.append("Prefix-stable: appending messages never changes the text of earlier turns.")
+        else:
+            lines.append("Not prefix-stable: the template rewrites earlier turns when messages are appended")
+            lines.append(f"({self.prefix_counterexample}); the bridge returns None where that would matter")
+            lines.append('unless thinking_retention="verbatim".')
+        return lines
+
+
+def tool_call(name: str, arguments: dict, call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class Prober:
+    """Needle renders through one renderer instance (text only)."""
+
+    def __init__(self, renderer: Any, added_tokens: frozenset[str]) -> None:
+        self.renderer = renderer
+        self.added_tokens = added_tokens
+        self.notes: list[str] = []
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+        try:
+            return self.renderer.render_text(messages, add_generation_prompt=add_generation_prompt)
+        except ValueError:
+            return None
+
+    def generation_prompt_context(self) -> str | None:
+        return self.render([USER], add_generation_prompt=True)
+
+    def completion(self, assistant: dict) -> str | None:
+        """What the template writes for ``assistant`` after the generation prompt (as last message)."""
+        prompt = self.generation_prompt_context()
+        full = self.render([USER, assistant])
+        if prompt is None or full is None or not full.startswith(prompt):
+            # Some templates emit part of the prompt differently (e.g. a prefilled <think>); compare on
+            # the longest common prefix instead.
+            if prompt is None or full is None:
+                return None
+            common = common_prefix(prompt, full)
+            return full[len(common) :]
+        return full[len(prompt) :]
+
+    # --- turn close -----------------------------------------------------------------
+
+    def turn_format(self, eos_token: str | None) -> TurnFormat:
+        completion = self.completion({"role": "assistant", "content": CONTENT})
+        if completion is None or CONTENT not in completion:
+            raise ProbeError("the template does not render a plain assistant message")
+        tail = completion[completion.index(CONTENT) + len(CONTENT) :]
+        close = first_added_token(tail, self.added_tokens)
+        if close is None:
+            raise ProbeError(f"no special token closes an assistant turn (it ends with {tail!r})")
+        # what follows the close before the next message: render with a following user message
+        following = self.render([USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}])
+        after_close = ""
+        if following is not None:
+            start = following.rindex(CONTENT) + len(CONTENT)
+            between = following[start:]
+            if close in between:
+                rest = between[between.index(close) + len(close) :]
+                # the next message's own text begins at its first added token (its header)
+                header = first_added_token(rest, self.added_tokens)
+                after_close = rest[: rest.index(header)] if header and rest.index(header) > 0 else ""
+                if after_close and not after_close.isspace():
+                    after_close = ""
+        stops = [close]
+        for extra in self.tool_call_closes():
+            if extra not in stops:
+                stops.append(extra)
+        if eos_token and eos_token not in stops:
+            stops.append(eos_token)
+        return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops))
+
+    def tool_call_closes(self) -> list[str]:
+        """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
+        closes = []
+        completion = self.completion(
+            {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]}
+        )
+        if completion:
+            token = last_added_token(completion, self.added_tokens)
+            if token:
+                closes.append(token)
+        return closes
+
+    # --- reasoning ------------------------------------------------------------------
+
+    def reasoning_format(self) -> ReasoningFormat | None:
+        with_reasoning = self.completion({"role": "assistant", "content": CONTENT, "reasoning_content": REASONING})
+        if with_reasoning is None or REASONING not in with_reasoning:
+            self.notes.append("the template does not render reasoning_content of the last assistant turn")
+            return None
+        prompt = self.generation_prompt_context() or ""
+        before = with_reasoning[: with_reasoning.index(REASONING)]
+        between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
+        open_marker, after_open = split_trailing_space(before)
+        if not open_marker.strip():
+            # the generation prompt already opened the reasoning block (a prefilled <think>)
+            open_marker, after_open = split_trailing_space(prompt[len(common_prefix(prompt, self.render([USER]) or "")) :])
+            open_marker = last_marker(open_marker, self.added_tokens)
+        before_close, close_and_after = split_leading_space(between)
+        # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
+        # text a plain answer carries before its content.
+        plain = self.completion({"role": "assistant", "content": CONTENT}) or ""
+        content_start = plain[: plain.index(CONTENT)] if CONTENT in plain else ""
+        if content_start and close_and_after.endswith(content_start) and content_start.strip() and open_marker not in content_start:
+            close_marker_and_space = close_and_after[: -len(content_start)]
+        else:
+            content_start = ""
+            close_marker_and_space = close_and_after
+        close_marker, after_close = split_trailing_space(close_marker_and_space)
+        if not close_marker:
+            raise ProbeError(f"no marker ends the reasoning (between: {between!r})")
+        return ReasoningFormat(
+            open=open_marker.strip(),
+            close=close_marker,
+            after_open=after_open,
+            before_close=before_close,
+            after_close=after_close,
+            content_start=content_start,
+        )
+
+    # --- tool calls -----------------------------------------------------------------
+
+    def tool_call_format(self, reasoning: ReasoningFormat | None) -> ToolCallFormat | None:
+        arguments = {KEY_A: VALUE_A, KEY_B: VALUE_B}
+        single = self.tool_completion([tool_call(FIRST_TOOL, arguments, "c1")])
+        if single is None or FIRST_TOOL not in single:
+            self.notes.append("the template does not render tool calls of OpenAI-format messages")
+            return None
+        double = self.tool_completion(
+            [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")], content=CONTENT
+        )
+        if double is not None and SECOND_TOOL not in double:
+            double = None  # the template renders only the first call
+        if double is None:
+            self.notes.append("the template renders at most one tool call per turn")
+        rendered_arguments = find_json(single, arguments)
+        if rendered_arguments is not None:
+            return self.json_style(single, double, rendered_arguments)
+        if KEY_A in single and VALUE_A in single:
+            return self.xml_style(single, double)
+        raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
+
+    def tool_completion(self, calls: list[dict], content: str | None = None) -> str | None:
+        for body in ([content] if content else [None, ""]):
+            completion = self.completion({"role": "assistant", "content": body, "tool_calls": calls})
+            if completion is not None and FIRST_TOOL in completion:
+                return completion
+        return None
+
+    def json_style(self, single: str, double: str | None, rendered_arguments: str) -> ToolCallFormat:
+        name_at = single.index(FIRST_TOOL)
+        arguments_at = single.index(rendered_arguments, name_at)
+        name_end = single[name_at + len(FIRST_TOOL) : arguments_at]
+        after_single = single[arguments_at + len(rendered_arguments) :]
+        after_first_in_double = None
+        if double is not None:
+            first_arguments = find_json(double, {KEY_A: VALUE_A})
+            if first_arguments is not None:
+                at = double.index(first_arguments, double.index(FIRST_TOOL))
+                after_first_in_double = double[at + len(first_arguments) :]
+        call_start, call_end, block_start, separator = self.call_boundaries(
+            single[:name_at], after_single, double, after_first_in_double
+        )
+        return ToolCallFormat(
+            style="json",
+            call_start=call_start,
+            name_end=name_end,
+            call_end=call_end,
+            block_start=block_start,
+            content_separator=separator,
+        )
+
+    def xml_style(self, single: str, double: str | None) -> ToolCallFormat:
+        name_at = single.index(FIRST_TOOL)
+        key_a = single.index(KEY_A, name_at)
+        value_a = single.index(VALUE_A, key_a)
+        key_b = single.index(KEY_B, value_a)
+        value_b = single.index(VALUE_B, key_b)
+        name_to_key = single[name_at + len(FIRST_TOOL) : key_a]
+        parameter_value = single[key_a + len(KEY_A) : value_a]
+        value_to_key = single[value_a + len(VALUE_A) : key_b]
+        # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
+        # Several splits can fit; the natural one starts the parameter tag after the whitespace.
+        shared = common_suffix(name_to_key, value_to_key)
+        splits = range(len(name_to_key) - len(shared), len(name_to_key))
+        natural = [i for i in splits if i > 0 and name_to_key[i - 1].isspace() and not name_to_key[i].isspace()]
+        split = natural[-1] if natural else splits[0] if splits else len(name_to_key)
+        name_end, parameter_start = name_to_key[:split], name_to_key[split:]
+        parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
+        after_last_value = single[value_b + len(VALUE_B) :]
+        if not parameter_start or not after_last_value.startswith(parameter_end):
+            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
+        after_single = after_last_value[len(parameter_end) :]
+        after_first_in_double = None
+        if double is not None and VALUE_A in double:
+            at = double.index(VALUE_A, double.index(FIRST_TOOL)) + len(VALUE_A)
+            if double[at:].startswith(parameter_end):
+                after_first_in_double = double[at + len(parameter_end) :]
+        call_start, call_end, block_start, separator = self.call_boundaries(
+            single[:name_at], after_single, double, after_first_in_double
+        )
+        return ToolCallFormat(
+            style="xml",
+            call_start=call_start,
+            name_end=name_end,
+            call_end=call_end,
+            parameter_start=parameter_start,
+            parameter_value=parameter_value,
+            parameter_end=parameter_end,
+            block_start=block_start,
+            content_separator=separator,
+        )
+
+    def call_boundaries(
+        self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
+    ) -> tuple[str, str, str, str]:
+        """Split the text around a call into (call_start, call_end, block_start, content separator).
+
+        ``before_name`` is everything the single-call turn has before the name; the
+        part a plain answer also has (an empty think block...) is scaffolding, the rest
+        is block_start + call_start. The two-call turn tells them apart: call_start is
+        what also precedes the second name.
+        """
+        lead = self.plain_lead()
+        block_and_start = before_name[len(common_prefix(lead, before_name)) :]
+        call_end = strip_closing(after_single, self.close_candidates())
+        if after_first_in_double is not None:
+            call_end = common_prefix(call_end, after_first_in_double)
+        if double is None:
+            return block_and_start, call_end, "", ""
+        between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
+        call_start = common_suffix(block_and_start, between)
+        block_start = block_and_start[: len(block_and_start) - len(call_start)]
+        separator = ""
+        if CONTENT in double:
+            lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
+            if lead_text.endswith(block_and_start):
+                separator = lead_text[: len(lead_text) - len(block_and_start)]
+        return call_start, call_end, block_start, separator
+
+    def plain_lead(self) -> str:
+        """What a plain answer has before its content (an empty think block, a channel header)."""
+        plain = self.completion({"role": "assistant", "content": CONTENT}) or ""
+        return plain[: plain.index(CONTENT)] if CONTENT in plain else ""
+
+    def close_candidates(self) -> list[str]:
+        return sorted(self.added_tokens, key=len, reverse=True)
+
+
+class ProbeError(Exception):
+    pass
+
+
+def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) -> ProbeFacts:
+    prober = Prober(renderer, added_tokens)
+    turn = prober.turn_format(eos_token)
+    reasoning = prober.reasoning_format()
+    tools = prober.tool_call_format(reasoning)
+    prompt = prober.generation_prompt_context() or ""
+    base = prober.render([USER]) or ""
+    return ProbeFacts(
+        turn=turn,
+        reasoning=reasoning,
+        tool_calls=tools,
+        notes=tuple(prober.notes),
+        generation_prompt=prompt[len(base) :] if prompt.startswith(base) else "",
+    )
+
+
+# --- string helpers ------------------------------------------------------------------
+
+
+def common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def common_suffix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return a[len(a) - n :]
+
+
+def split_trailing_space(text: str) -> tuple[str, str]:
+    stripped = text.rstrip()
+    return stripped, text[len(stripped) :]
+
+
+def split_leading_space(text: str) -> tuple[str, str]:
+    stripped = text.lstrip()
+    return text[: len(text) - len(stripped)], stripped
+
+
+def first_added_token(text: str, added_tokens: frozenset[str]) -> str | None:
+    best: tuple[int, int, str] | None = None
+    for token in added_tokens:
+        at = text.find(token)
+        if at >= 0 and (best is None or (at, -len(token)) < (best[0], best[1])):
+            best = (at, -len(token), token)
+    return best[2] if best else None
+
+
+def last_added_token(text: str, added_tokens: frozenset[str]) -> str | None:
+    stripped = text.rstrip()
+    for token in sorted(added_tokens, key=len, reverse=True):
+        if stripped.endswith(token):
+            return token
+    return None
+
+
+def last_marker(text: str, added_tokens: frozenset[str]) -> str:
+    """The last added token in ``text`` (or the last line when none)."""
+    token = last_added_token(text, added_tokens)
+    return token if token else text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def strip_closing(text: str, close_tokens: list[str]) -> str:
+    """``text`` without a trailing turn close (and whitespace after it)."""
+    stripped = text.rstrip()
+    for token in close_tokens:
+        if stripped.endswith(token):
+            return stripped[: -len(token)]
+    return text
+
+
+def find_json(text: str, value: Any) -> str | None:
+    """How ``value`` was serialised inside ``text``, among the usual json.dumps spellings."""
+    spellings = [
+        json.dumps(value),
+        json.dumps(value, ensure_ascii=False),
+        json.dumps(value, separators=(",", ":")),
+        json.dumps(value, indent=4),
+        json.dumps(value, indent=2),
+    ]
+    for spelling in spellings:
+        if spelling in text:
+            return spelling
+    return None

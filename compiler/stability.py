@@ -1,0 +1,65 @@
+"""Is a template prefix-stable? Measured over generated conversations.
+
+Prefix-stable (prime-rl's ``is_prefix_stable``): for a conversation ending in an
+assistant turn, appending messages never changes the text already rendered. Many
+templates are not (Qwen3 drops the reasoning of turns before the last user
+message; gpt-oss renders a final answer's close differently once it is history).
+The compiler records the answer, with a short description of a counterexample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from .conversations import Case, ConversationFeatures, conversation_cases
+
+
+def first_violation(renderer: Any, case: Case) -> str | None:
+    """A description of how appending to ``case`` rewrites an earlier render, or None."""
+    messages = case.messages
+    try:
+        full = renderer.render_text(messages, tools=case.tools)
+    except ValueError:
+        return None
+    for cut in range(1, len(messages)):
+        if messages[cut - 1].get("role") != "assistant":
+            continue
+        try:
+            earlier = renderer.render_text(messages[:cut], tools=case.tools)
+        except ValueError:
+            continue
+        if not full.startswith(earlier):
+            turn = messages[cut - 1]
+            shape = [key for key in ("reasoning_content", "tool_calls") if turn.get(key)]
+            appended = ", ".join(message.get("role", "?") for message in messages[cut:])
+            with_what = f" with {' and '.join(shape)}" if shape else ""
+            return f"e.g. appending {appended} after an assistant turn{with_what}"
+    return None
+
+
+def measure_prefix_stability(renderer: Any, features: ConversationFeatures, *, cases: int, seed_value: int) -> tuple[bool, str]:
+    found: list[str] = []
+
+    @settings(
+        max_examples=cases,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+        print_blob=False,
+    )
+    @seed(seed_value)
+    @given(conversation_cases(features))
+    def stable(case: Case) -> None:
+        violation = first_violation(renderer, case)
+        if violation is not None:
+            found.append(violation)
+            raise AssertionError(violation)
+
+    try:
+        stable()
+    except AssertionError:
+        return False, found[-1]
+    return True, ""

@@ -1,0 +1,157 @@
+"""Extend a sampled turn with the next messages without re-rendering history.
+
+``bridge_to_next_turn(p, c, new)`` returns tokens that start with ``p + c`` byte
+for byte, followed by exactly what the template renders for ``new`` plus the
+generation prompt, or None ("re-render"). The tokens for ``new`` come from the
+renderer itself (so from the template): it renders a small stand-in history
+ending with the sampled assistant turn (parsed back from ``c``), once without
+and once with ``new``, and takes what the second adds.
+
+It returns None when:
+
+* there is no previous prompt, no new message, or an assistant message among them;
+* the template renders ``new`` differently depending on earlier history (two
+  stand-in histories disagree), so the right tokens cannot be known from ids;
+* the template rejects ``new`` after such a turn;
+* the template would rewrite the sampled turn (drop its reasoning, re-serialise
+  its tool arguments, render its close differently) and the retention policy is
+  ``"template"``. With ``"verbatim"`` the sampled tokens are kept as they are.
+
+A completion truncated before its close gets the template's close token; one
+that ran past a stop token is cut right after it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .types import Message, RenderedTokens, ToolSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import GeneratedRenderer
+
+STAND_IN_USER = {"role": "user", "content": "Hello."}
+RETENTION_POLICIES = ("template", "verbatim")
+
+
+def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int]:
+    """The completion cut right after its first stop token, or with the template's close appended."""
+    stop_ids = set(renderer.get_stop_token_ids())
+    for index, token in enumerate(completion_ids):
+        if token in stop_ids:
+            return list(completion_ids[: index + 1])
+    return list(completion_ids) + [renderer.encoder.token_id(renderer.TURN.close)]
+
+
+def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
+    """The assistant message the completion encodes, or None when it does not parse cleanly."""
+    parsed = renderer.parse_response(completion_ids, tools=tools)
+    if parsed.reasoning_complete is False or any(call.status != "ok" for call in parsed.tool_calls):
+        return None
+    message: Message = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning_content:
+        message["reasoning_content"] = parsed.reasoning_content
+    if parsed.tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{index}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for index, call in enumerate(parsed.tool_calls)
+        ]
+        if not parsed.content:
+            message["content"] = None
+    return message
+
+
+def stand_in_histories(assistant: Message, new_messages: list[Message]) -> list[list[Message]]:
+    """Histories that end with the sampled turn: a bare one, and one with an earlier tool round."""
+    histories = [[STAND_IN_USER, assistant]]
+    earlier_call = {"id": "call_earlier", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+    histories.append(
+        [
+            STAND_IN_USER,
+            {"role": "assistant", "content": None, "tool_calls": [earlier_call]},
+            {"role": "tool", "tool_call_id": "call_earlier", "content": "result"},
+            assistant,
+        ]
+    )
+    return histories
+
+
+def bridge_turn(
+    renderer: "GeneratedRenderer",
+    previous_prompt_ids: list[int],
+    previous_completion_ids: list[int],
+    new_messages: list[Message],
+    *,
+    tools: list[ToolSpec] | None = None,
+) -> RenderedTokens | None:
+    if not previous_prompt_ids or not new_messages:
+        return None
+    if any(message.get("role") == "assistant" for message in new_messages):
+        return None
+    completion = closed_completion(renderer, previous_completion_ids)
+    assistant = sampled_turn_as_message(renderer, completion, tools)
+    if assistant is None:
+        return None
+    completion_text = renderer.decode(completion)
+    generation_prompt = renderer.generation_prompt()
+    suffixes: set[str] = set()
+    faithful = True
+    for history in stand_in_histories(assistant, new_messages):
+        try:
+            before = renderer.render_text(history, tools=tools)
+            after_output = renderer._render_output(history + list(new_messages), tools, True)
+        except ValueError:
+            continue  # the template rejects this stand-in; another may do
+        after = after_output.text()
+        new_start = message_start(after_output, len(history))
+        turn_start = message_start(after_output, len(history) - 1)
+        if new_start is None or turn_start is None:
+            return None
+        turn_text = after[turn_start:new_start]
+        expected_turn = generation_prompt + completion_text + renderer.TURN.after_close
+        if not after.startswith(before) or turn_text != expected_turn:
+            faithful = False
+        suffixes.add(renderer.TURN.after_close + after[new_start:])
+    if len(suffixes) != 1:
+        return None  # rejected everywhere, or rendering the new messages depends on earlier history
+    if not faithful and renderer.thinking_retention == "template":
+        return None
+    suffix = suffixes.pop()
+    prefix_ids = list(previous_prompt_ids) + completion
+    suffix_ids, suffix_offsets = renderer.encoder.encode_with_offsets(suffix)
+    indices = suffix_message_indices(renderer, new_messages, tools, suffix, suffix_offsets)
+    return RenderedTokens(
+        token_ids=prefix_ids + suffix_ids,
+        message_indices=[-1] * len(prefix_ids) + indices,
+        sampled_mask=[False] * (len(prefix_ids) + len(suffix_ids)),
+        is_content=[],
+        message_roles=[message.get("role", "") for message in new_messages],
+        message_tool_names=[message.get("name") if message.get("role") == "tool" else None for message in new_messages],
+    )
+
+
+def message_start(output: Any, message_index: int) -> int | None:
+    """Character offset where the template starts rendering ``message_index``."""
+    for offset, index in output.message_spans():
+        if index == message_index:
+            return offset
+    return None
+
+
+def suffix_message_indices(renderer, new_messages, tools, suffix: str, offsets: list[int]) -> list[int]:
+    """Attribute bridge tokens to new messages by locating each message's content in the suffix."""
+    indices = [-1] * len(offsets)
+    cursor = 0
+    boundaries = []
+    for index, message in enumerate(new_messages):
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            at = suffix.find(content, cursor)
+            if at >= 0:
+                boundaries.append((at, at + len(content), index))
+                cursor = at + len(content)
+    for token, offset in enumerate(offsets):
+        for start, end, index in boundaries:
+            if start <= offset < end:
+                indices[token] = index
+    return indices

@@ -1,0 +1,225 @@
+"""Parse a sampled assistant turn back into content, reasoning and tool calls.
+
+The parser is driven by the format facts the compiler learned from the template
+(:mod:`rllm_renderers.formats`), so one implementation serves every family:
+Hermes-style ``<tool_call>{json}</tool_call>``, XML parameters
+(``<function=...><parameter=...>``), bare JSON (Llama 3), harmony headers
+(gpt-oss ``to=functions.NAME``), special-token blocks. It never raises: malformed
+or truncated calls are recorded with a status, as PrimeIntellect's ``renderers`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .formats import ReasoningFormat, ToolCallFormat
+from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
+
+_DECODER = json.JSONDecoder()
+
+
+@dataclass
+class TextCall:
+    """A tool call found in the text, with its character span."""
+
+    raw: str
+    start: int
+    end: int
+    name: str | None = None
+    arguments: Any = None
+    status: ToolCallParseStatus = ToolCallParseStatus.OK
+
+
+@dataclass
+class TextParse:
+    content: str
+    reasoning: str | None
+    reasoning_complete: bool | None
+    calls: list[TextCall] = field(default_factory=list)
+
+
+def parse_text(
+    text: str,
+    *,
+    reasoning: ReasoningFormat | None,
+    tool_calls: ToolCallFormat | None,
+    reasoning_prefilled: bool,
+    tools: list[dict] | None = None,
+) -> TextParse:
+    """Parse the text of one assistant turn (without its stop token)."""
+    position = 0
+    reasoning_text: str | None = None
+    reasoning_complete: bool | None = True if reasoning is not None else None
+    if reasoning is not None:
+        in_reasoning = reasoning_prefilled
+        stripped = text.lstrip()
+        if not in_reasoning and reasoning.open and stripped.startswith(reasoning.open):
+            position = len(text) - len(stripped) + len(reasoning.open)
+            position = _skip(text, position, reasoning.after_open)
+            in_reasoning = True
+        if in_reasoning:
+            close_at = text.find(reasoning.close, position)
+            if close_at < 0:
+                return TextParse(content="", reasoning=text[position:], reasoning_complete=False)
+            reasoning_text = _strip_suffix(text[position:close_at], reasoning.before_close)
+            position = _skip(text, close_at + len(reasoning.close), reasoning.after_close)
+        if reasoning.content_start and text.startswith(reasoning.content_start, position):
+            position += len(reasoning.content_start)
+    if tool_calls is None:
+        return TextParse(text[position:], reasoning_text or None, reasoning_complete)
+    calls = find_calls(text, position, tool_calls, tools)
+    content_end = calls[0].start if calls else len(text)
+    content = text[position:content_end]
+    if calls:
+        content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
+    return TextParse(content, reasoning_text or None, reasoning_complete, calls)
+
+
+def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dict] | None) -> list[TextCall]:
+    calls: list[TextCall] = []
+    known_names = _tool_names(tools)
+    while True:
+        start = text.find(syntax.call_start, position)
+        if start < 0 or not syntax.call_start:
+            return calls
+        call = _parse_call(text, start, syntax, tools)
+        if call.status is ToolCallParseStatus.OK and known_names is not None and call.name not in known_names:
+            call.status = ToolCallParseStatus.UNKNOWN_TOOL
+        calls.append(call)
+        position = max(call.end, start + len(syntax.call_start))
+
+
+def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict] | None) -> TextCall:
+    name_at = start + len(syntax.call_start)
+    name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
+    if name_end < 0:
+        return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
+    name = text[name_at:name_end].strip()
+    body_at = name_end + len(syntax.name_end)
+    if syntax.style == "xml":
+        call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)
+    else:
+        call = _parse_json_arguments(text, start, body_at, syntax, name)
+    if call.status is ToolCallParseStatus.OK and not name:
+        call.status = ToolCallParseStatus.MISSING_NAME
+    return call
+
+
+def _parse_json_arguments(text: str, start: int, body_at: int, syntax: ToolCallFormat, name: str) -> TextCall:
+    try:
+        arguments, arguments_end = _DECODER.raw_decode(text, _skip_space(text, body_at))
+    except json.JSONDecodeError:
+        end_at = text.find(syntax.call_end, body_at) if syntax.call_end else -1
+        if end_at < 0:
+            status = ToolCallParseStatus.UNCLOSED_BLOCK if syntax.call_end else ToolCallParseStatus.INVALID_JSON
+            return TextCall(text[start:], start, len(text), name, text[body_at:], status)
+        return TextCall(
+            text[start : end_at + len(syntax.call_end)],
+            start,
+            end_at + len(syntax.call_end),
+            name,
+            text[body_at:end_at],
+            ToolCallParseStatus.INVALID_JSON,
+        )
+    if not text.startswith(syntax.call_end, arguments_end):
+        status = ToolCallParseStatus.UNCLOSED_BLOCK if arguments_end >= len(text.rstrip()) else ToolCallParseStatus.MALFORMED_STRUCTURE
+        return TextCall(text[start:arguments_end], start, arguments_end, name, arguments, status)
+    end = arguments_end + len(syntax.call_end)
+    if not isinstance(arguments, dict):
+        return TextCall(text[start:end], start, end, name, arguments, ToolCallParseStatus.MALFORMED_STRUCTURE)
+    return TextCall(text[start:end], start, end, name, arguments)
+
+
+def _parse_xml_arguments(
+    text: str, start: int, position: int, syntax: ToolCallFormat, name: str, tools: list[dict] | None
+) -> TextCall:
+    arguments: dict[str, Any] = {}
+    types = _parameter_types(tools, name)
+    while True:
+        if text.startswith(syntax.call_end, position):
+            end = position + len(syntax.call_end)
+            return TextCall(text[start:end], start, end, name, arguments)
+        if not text.startswith(syntax.parameter_start, position):
+            status = ToolCallParseStatus.UNCLOSED_BLOCK if position >= len(text) else ToolCallParseStatus.MALFORMED_STRUCTURE
+            return TextCall(text[start:position], start, position, name, arguments, status)
+        key_at = position + len(syntax.parameter_start)
+        key_end = text.find(syntax.parameter_value, key_at)
+        value_end = text.find(syntax.parameter_end, key_end + len(syntax.parameter_value)) if key_end >= 0 else -1
+        if key_end < 0 or value_end < 0:
+            return TextCall(text[start:], start, len(text), name, arguments, ToolCallParseStatus.UNCLOSED_BLOCK)
+        key = text[key_at:key_end]
+        raw_value = text[key_end + len(syntax.parameter_value) : value_end]
+        arguments[key] = _xml_value(raw_value, types.get(key))
+        position = value_end + len(syntax.parameter_end)
+
+
+def _xml_value(raw: str, declared_type: Any) -> Any:
+    """An XML-style argument value: verbatim for declared strings, else JSON when it parses."""
+    if declared_type == "string":
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        # Templates print non-JSON scalars with Python's str(): True / False / None.
+        return {"True": True, "False": False, "None": None}.get(raw, raw) if declared_type else raw
+
+
+def _parameter_types(tools: list[dict] | None, name: str) -> dict[str, Any]:
+    for tool in tools or []:
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(function, dict) and function.get("name") == name:
+            properties = (function.get("parameters") or {}).get("properties") or {}
+            return {key: spec.get("type") for key, spec in properties.items() if isinstance(spec, dict)}
+    return {}
+
+
+def _tool_names(tools: list[dict] | None) -> set[str] | None:
+    if not tools:
+        return None
+    names = set()
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.add(function["name"])
+    return names
+
+
+def _identifier_end(text: str, position: int) -> int:
+    while position < len(text) and (text[position].isalnum() or text[position] in "_-."):
+        position += 1
+    return position
+
+
+def _skip(text: str, position: int, literal: str) -> int:
+    return position + len(literal) if literal and text.startswith(literal, position) else position
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+def _strip_suffix(text: str, suffix: str) -> str:
+    return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
+
+
+def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
+    """Build the public result; ``token_span(start, end)`` maps a character span to tokens."""
+    return ParsedResponse(
+        content=parse.content,
+        reasoning_content=parse.reasoning,
+        tool_calls=[
+            ParsedToolCall(
+                raw=call.raw,
+                name=call.name or None,
+                arguments=call.arguments,
+                token_span=token_span(call.start, call.end),
+                status=call.status,
+            )
+            for call in parse.calls
+        ],
+        reasoning_complete=parse.reasoning_complete,
+    )
