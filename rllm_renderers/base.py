@@ -70,7 +70,7 @@ class GeneratedRenderer:
     def _check_special_tokens(self, tokenizer: Any) -> None:
         for name, baked in self.SPECIAL_TOKENS.items():
             actual = getattr(tokenizer, name, None)
-            if actual is not None and str(actual) != baked:
+            if actual is None or str(actual) != baked:
                 raise ValueError(
                     f"{type(self).__name__} was compiled with {name}={baked!r} but the tokenizer has {actual!r}; "
                     "regenerate the renderer for this tokenizer"

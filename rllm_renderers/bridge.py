@@ -49,7 +49,7 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     if parsed.reasoning_complete is False or any(call.status != "ok" for call in parsed.tool_calls):
         return None
     message: Message = {"role": "assistant", "content": parsed.content}
-    if parsed.reasoning_content:
+    if parsed.reasoning_content is not None:
         message["reasoning_content"] = parsed.reasoning_content
     if parsed.tool_calls:
         message["tool_calls"] = [
@@ -61,19 +61,24 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     return message
 
 
-def stand_in_histories(assistant: Message, new_messages: list[Message]) -> list[list[Message]]:
-    """Histories that end with the sampled turn: a bare one, and one with an earlier tool round."""
-    histories = [[STAND_IN_USER, assistant]]
-    earlier_call = {"id": "call_earlier", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
-    histories.append(
-        [
-            STAND_IN_USER,
-            {"role": "assistant", "content": None, "tool_calls": [earlier_call]},
-            {"role": "tool", "tool_call_id": "call_earlier", "content": "result"},
-            assistant,
-        ]
-    )
-    return histories
+def stand_in_histories(assistant: Message) -> list[list[list[Message]]]:
+    """Kinds of history ending with the sampled turn, each as alternatives to try in order.
+
+    A bare one, and one with an earlier tool round (templates such as DeepSeek-V3
+    render a tool result differently when an earlier one exists). Templates disagree
+    on what an earlier tool-calling turn may look like, hence the alternatives.
+    """
+    earlier_call = {"id": "call00001", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+    result = {"role": "tool", "tool_call_id": "call00001", "content": "result"}
+    earlier_turns = [
+        {"role": "assistant", "content": None, "tool_calls": [earlier_call]},
+        {"role": "assistant", "content": "", "tool_calls": [earlier_call]},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [earlier_call]},
+    ]
+    return [
+        [[STAND_IN_USER, assistant]],
+        [[STAND_IN_USER, earlier, result, assistant] for earlier in earlier_turns],
+    ]
 
 
 def bridge_turn(
@@ -96,12 +101,11 @@ def bridge_turn(
     generation_prompt = renderer.generation_prompt()
     suffixes: set[str] = set()
     faithful = True
-    for history in stand_in_histories(assistant, new_messages):
-        try:
-            before = renderer.render_text(history, tools=tools)
-            after_output = renderer._render_output(history + list(new_messages), tools, True)
-        except ValueError:
-            continue  # the template rejects this stand-in; another may do
+    for alternatives in stand_in_histories(assistant):
+        rendered = first_rendering(renderer, alternatives, new_messages, tools)
+        if rendered is None:
+            continue  # the template rejects this kind of history (e.g. it has no tool role)
+        history, before, after_output = rendered
         after = after_output.text()
         new_start = message_start(after_output, len(history))
         turn_start = message_start(after_output, len(history) - 1)
@@ -128,6 +132,18 @@ def bridge_turn(
         message_roles=[message.get("role", "") for message in new_messages],
         message_tool_names=[message.get("name") if message.get("role") == "tool" else None for message in new_messages],
     )
+
+
+def first_rendering(renderer, alternatives, new_messages, tools):
+    """(history, text without the new messages, output with them) for the first history that renders."""
+    for history in alternatives:
+        try:
+            before = renderer.render_text(history, tools=tools)
+            after_output = renderer._render_output(history + list(new_messages), tools, True)
+        except ValueError:
+            continue
+        return history, before, after_output
+    return None
 
 
 def message_start(output: Any, message_index: int) -> int | None:

@@ -68,13 +68,13 @@ def parse_text(
         if reasoning.content_start and text.startswith(reasoning.content_start, position):
             position += len(reasoning.content_start)
     if tool_calls is None:
-        return TextParse(text[position:], reasoning_text or None, reasoning_complete)
+        return TextParse(text[position:], reasoning_text, reasoning_complete)
     calls = find_calls(text, position, tool_calls, tools)
     content_end = calls[0].start if calls else len(text)
     content = text[position:content_end]
     if calls:
         content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
-    return TextParse(content, reasoning_text or None, reasoning_complete, calls)
+    return TextParse(content, reasoning_text, reasoning_complete, calls)
 
 
 def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dict] | None) -> list[TextCall]:

@@ -1,0 +1,69 @@
+"""The checked-in renderers and the corpus files they were compiled from (shared by the tests)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
+
+
+@dataclass(frozen=True)
+class Family:
+    module: str
+    class_name: str
+    model_id: str
+    template_file: str
+    tokenizer: str
+
+    @property
+    def renderer_class(self) -> type:
+        return getattr(importlib.import_module(f"generated.{self.module}"), self.class_name)
+
+    def template_source(self) -> str:
+        return corpus_path("templates", self.template_file).read_text(encoding="utf-8")
+
+    def load_tokenizer(self):
+        return load_corpus_tokenizer(self.tokenizer)
+
+
+FAMILIES = [
+    Family("qwen3", "Qwen3Renderer", "Qwen/Qwen3-8B", "Qwen__Qwen3-8B.jinja", "qwen3"),
+    Family("qwen2_5", "Qwen25Renderer", "Qwen/Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-7B-Instruct.jinja", "qwen25"),
+    Family("qwen3_5", "Qwen35Renderer", "Qwen/Qwen3.5-4B", "Qwen__Qwen3.5-4B.jinja", "qwen35"),
+    Family("deepseek_v3", "DeepseekV3Renderer", "deepseek-ai/DeepSeek-V3", "deepseek-ai__DeepSeek-V3.jinja", "dsv3"),
+    Family(
+        "llama_3_1", "Llama31Renderer", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama__Llama-3.1-8B-Instruct.jinja", "llama31"
+    ),
+    Family(
+        "llama_3_2", "Llama32Renderer", "meta-llama/Llama-3.2-3B-Instruct", "meta-llama__Llama-3.2-3B-Instruct.jinja", "llama31"
+    ),
+    Family("gemma_3", "Gemma3Renderer", "google/gemma-3-27b-it", "google__gemma-3-27b-it.jinja", "gemma3"),
+    Family("gpt_oss", "GptOssRenderer", "openai/gpt-oss-20b", "openai__gpt-oss-20b.jinja", "gptoss"),
+]
+
+FAMILY_IDS = [family.module for family in FAMILIES]
+
+
+def corpus_path(*parts: str) -> Path:
+    path = CORPUS.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"test corpus not found: {path} (set RLLM_CORPUS to the corpus folder)")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _load(folder: str):
+    from rllm_renderers.loading import load_tokenizer
+
+    return load_tokenizer(folder)
+
+
+def load_corpus_tokenizer(name: str):
+    return _load(str(corpus_path("tokenizers", name)))
