@@ -5,4 +5,26 @@ Importing this package is cheap: it loads no jinja2, transformers or torch.
 
 from .types import ParsedResponse, ParsedToolCall, RenderedTokens, Renderer, ToolCallParseStatus
 
-__all__ = ["ParsedResponse", "ParsedToolCall", "RenderedTokens", "Renderer", "ToolCallParseStatus"]
+__all__ = [
+    "ParsedResponse",
+    "ParsedToolCall",
+    "RenderedTokens",
+    "Renderer",
+    "Resolution",
+    "ToolCallParseStatus",
+    "get_renderer",
+    "resolve",
+]
+
+# Loaded on first use (PEP 562), so `import rllm_renderers` stays free of the backends.
+_LAZY = {"resolve": "registry", "get_renderer": "registry", "Resolution": "registry"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

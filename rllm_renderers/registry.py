@@ -1,0 +1,303 @@
+"""``resolve(model, tokenizer)``: which renderer a rollout engine should use.
+
+Precedence (first match wins):
+
+1. ``renderer=``, an explicit override: ``"generated:<family>"``, ``"prime:<family>"``,
+   ``"tinker:<name>"``, ``"fireworks:<name>"`` or ``"chat_template"``; an unprefixed name is tried
+   as a generated family (module name, class name or ``generated.<module>:<Class>``), then as a
+   ``renderers`` family, then as a tinker/Fireworks renderer name.
+2. A generated renderer, chosen by content: when the tokenizer carries a chat template, the one
+   whose ``TEMPLATE_SHA256`` equals the template's sha256 (whatever the checkpoint is called);
+   when it carries none (or ``tokenizer`` is None), the one whose ``MODEL_IDS`` include ``model``.
+   Drift guard: a ``model`` listed by a generated renderer whose tokenizer template hashes
+   differently logs a warning naming both hashes and falls through.
+3. PrimeIntellect's ``renderers``: an exact match in its static model map.
+4. A tinker-cookbook renderer (the cookbooks' recommended name for ``model``, Fireworks' first
+   when ``training.renderer`` imports), behind :class:`~rllm_renderers.adapters.tinker.TinkerAdapter`.
+5. :class:`~rllm_renderers.adapters.chat_template.ChatTemplateAdapter` over
+   ``tokenizer.apply_chat_template``, with a warning.
+
+``tokenizer=None`` (text-only use) admits only generated renderers. ``chat_template_kwargs``
+become constructor knobs of a generated renderer (an unknown knob is a ValueError), the typed
+config of a ``renderers`` family (an unsupported kwarg is a ValueError), and template variables
+for ``apply_chat_template``; tinker renderers take none (their variants are names), so a tinker
+match with kwargs is skipped with a warning. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import pkgutil
+from dataclasses import dataclass
+from typing import Any
+
+from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GeneratedEntry", "Resolution", "ResolutionError", "SOURCES", "generated_index", "get_renderer", "resolve"]
+
+SOURCES = ("generated", "prime", "tinker", "chat_template")
+GENERATED_PACKAGE = "generated"
+
+
+class ResolutionError(LookupError):
+    """No renderer qualifies for this model / tokenizer / override."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The chosen renderer, the backend it came from (one of ``SOURCES``) and its name there."""
+
+    renderer: Any
+    source: str
+    name: str
+
+
+# --- the generated-renderer index --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GeneratedEntry:
+    """One generated renderer class, as found in the ``generated`` package."""
+
+    family: str  # the module name, e.g. "qwen3"
+    cls: type
+
+    @property
+    def import_path(self) -> str:
+        return f"{self.cls.__module__}:{self.cls.__name__}"
+
+    @property
+    def model_ids(self) -> tuple[str, ...]:
+        return tuple(self.cls.MODEL_IDS)
+
+    @property
+    def sha256(self) -> str:
+        return self.cls.TEMPLATE_SHA256
+
+    def matches(self, name: str) -> bool:
+        return name in (self.family, self.cls.__name__, self.import_path)
+
+
+@functools.lru_cache(maxsize=None)
+def generated_index(package: str = GENERATED_PACKAGE) -> tuple[GeneratedEntry, ...]:
+    """Every generated renderer class in ``package``, sorted by module name (cached).
+
+    A module that fails to import is skipped with a warning; ``generated_index.cache_clear()``
+    rescans.
+    """
+    from .base import GeneratedRenderer
+
+    try:
+        root = importlib.import_module(package)
+    except ImportError:
+        logger.warning("no generated renderers: package %r is not importable", package)
+        return ()
+    entries = []
+    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda info: info.name):
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(f"{package}.{info.name}")
+        except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others
+            logger.warning("skipping generated renderer module %s.%s: %s", package, info.name, exc)
+            continue
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, GeneratedRenderer)
+                and value.__module__ == module.__name__
+                and value.TEMPLATE_SHA256
+            ):
+                entries.append(GeneratedEntry(family=info.name, cls=value))
+    return tuple(entries)
+
+
+def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | None:
+    """Step 2 of the precedence, with the drift guard."""
+    entries = generated_index()
+    if template is None:
+        return next((e for e in entries if model in e.model_ids), None)
+    digest = template_sha256(template)
+    same = [e for e in entries if e.sha256 == digest]
+    if same:
+        return next((e for e in same if model in e.model_ids), same[0])
+    for entry in entries:
+        if model in entry.model_ids:
+            logger.warning(
+                "chat template drift for %s: the tokenizer's template has sha256 %s but generated renderer %s "
+                "was compiled from sha256 %s; not using it (regenerate it, or pass renderer=%r to force it)",
+                model,
+                digest,
+                entry.import_path,
+                entry.sha256,
+                entry.family,
+            )
+    return None
+
+
+def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
+    return Resolution(entry.cls(tokenizer, **kwargs), "generated", entry.family)
+
+
+# --- the other backends ---------------------------------------------------------------------
+
+
+def _try_prime(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution | None:
+    try:
+        from .adapters import prime
+    except ImportError:
+        return None
+    try:
+        family = prime.family_for_model(model)
+        if family is None:
+            return None
+        prime.config_for(family, kwargs)  # an unsupported kwarg raises ValueError, as for generated
+    except ImportError:
+        logger.debug("renderers (the prime extra) is not installed")
+        return None
+    try:
+        return Resolution(prime.create(family, tokenizer, kwargs), "prime", family)
+    except Exception as exc:  # noqa: BLE001 - e.g. a tokenizer the family cannot use: fall through
+        logger.warning("renderers family %r for %s could not be built (%s); falling through", family, model, exc)
+        return None
+
+
+def _try_tinker(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution | None:
+    try:
+        from .adapters import tinker
+
+        name = tinker.recommended_name(model)
+    except ImportError:
+        logger.debug("tinker-cookbook (the tinker extra) is not installed")
+        return None
+    if name is None:
+        return None
+    if kwargs:
+        logger.warning(
+            "tinker renderer %r for %s takes no chat_template_kwargs (%s); its variants are names "
+            "(pass renderer='tinker:<variant>'); falling through",
+            name,
+            model,
+            sorted(kwargs),
+        )
+        return None
+    try:
+        return Resolution(tinker.create(name, tokenizer, model), "tinker", name)
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("tinker renderer %r for %s could not be built (%s); falling through", name, model, exc)
+        return None
+
+
+def _chat_template(model: str, tokenizer: Any, kwargs: dict[str, Any], *, explicit: bool = False) -> Resolution:
+    if chat_template_of(tokenizer) is None:
+        raise ResolutionError(
+            f"no renderer for {model!r}: no generated, renderers or tinker renderer matches, and the tokenizer "
+            "has no chat_template to fall back on"
+        )
+    if not explicit:
+        logger.warning(
+            "FALLBACK: no generated, renderers or tinker renderer matches %s; rendering with "
+            "tokenizer.apply_chat_template (generic parser, guarded bridge). Compile a renderer for this template.",
+            model,
+        )
+    return Resolution(ChatTemplateAdapter(tokenizer, **kwargs), "chat_template", "chat_template")
+
+
+def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
+    """Step 1: the backend and name the caller asked for."""
+    backend, sep, name = override.partition(":")
+    if not sep or backend not in ("generated", "prime", "tinker", "fireworks", "chat_template"):
+        backend, name = "", override
+    if backend == "chat_template" or override == "chat_template":
+        if tokenizer is None:
+            raise ResolutionError("renderer='chat_template' needs a tokenizer")
+        return _chat_template(model, tokenizer, kwargs, explicit=True)
+    if backend in ("", "generated"):
+        entry = next((e for e in generated_index() if e.matches(name)), None)
+        if entry is not None:
+            template = chat_template_of(tokenizer)
+            if template is not None and template_sha256(template) != entry.sha256:
+                logger.warning(
+                    "renderer=%r forced although the tokenizer's chat template (sha256 %s) differs from the one "
+                    "%s was compiled from (sha256 %s)",
+                    override,
+                    template_sha256(template),
+                    entry.import_path,
+                    entry.sha256,
+                )
+            return _build_generated(entry, tokenizer, kwargs)
+        if backend == "generated":
+            known = ", ".join(e.family for e in generated_index()) or "none"
+            raise ResolutionError(f"no generated renderer named {name!r} (known: {known})")
+    if tokenizer is None:
+        raise ResolutionError(f"renderer={override!r} is not a generated renderer; other backends need a tokenizer")
+    if backend in ("", "prime"):
+        try:
+            from .adapters import prime
+
+            return Resolution(prime.create(name, tokenizer, kwargs), "prime", name)
+        except (ImportError, LookupError) as exc:
+            if backend == "prime":
+                raise ResolutionError(f"renderer={override!r}: {exc}") from exc
+    if backend in ("", "tinker", "fireworks"):
+        try:
+            from .adapters import tinker
+
+            adapter = tinker.create(name, tokenizer, model)
+        except (ImportError, LookupError) as exc:
+            if backend:
+                raise ResolutionError(f"renderer={override!r}: {exc}") from exc
+        else:
+            if kwargs:
+                raise ValueError(
+                    f"tinker renderers take no chat_template_kwargs; choose a variant by name ({override!r})"
+                )
+            return Resolution(adapter, "tinker", name)
+    raise ResolutionError(
+        f"renderer={override!r} names no generated renderer, renderers family or tinker renderer "
+        "(installed backends only; prefix with generated:, prime:, tinker: or use 'chat_template')"
+    )
+
+
+# --- the entry points -------------------------------------------------------------------
+
+
+def resolve(
+    model: str,
+    tokenizer: Any,
+    *,
+    renderer: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> Resolution:
+    """Choose the renderer for ``model`` / ``tokenizer`` (see the module docstring for the order)."""
+    kwargs = dict(chat_template_kwargs or {})
+    if renderer is not None:
+        return _explicit(renderer, model, tokenizer, kwargs)
+    entry = _generated_by_content(model, chat_template_of(tokenizer))
+    if entry is not None:
+        return _build_generated(entry, tokenizer, kwargs)
+    if tokenizer is None:
+        raise ResolutionError(
+            f"no generated renderer lists {model!r}; without a tokenizer only generated renderers qualify "
+            "(pass the tokenizer to use renderers, tinker or the chat-template fallback)"
+        )
+    for attempt in (_try_prime, _try_tinker):
+        resolution = attempt(model, tokenizer, kwargs)
+        if resolution is not None:
+            return resolution
+    return _chat_template(model, tokenizer, kwargs)
+
+
+def get_renderer(
+    model: str,
+    tokenizer: Any,
+    *,
+    renderer: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """``resolve(...).renderer``."""
+    return resolve(model, tokenizer, renderer=renderer, chat_template_kwargs=chat_template_kwargs).renderer
