@@ -282,7 +282,7 @@ def test_unknown_model_never_touches_the_network(no_network, monkeypatch):
 
 def test_prime_gpt_oss_vocabulary_is_derived_offline(no_network, tmp_path, monkeypatch):
     needs("renderers")
-    monkeypatch.delenv("TIKTOKEN_ENCODINGS_BASE", raising=False)
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", "")  # "unset", and restored after the test
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     resolution = resolve("openai/gpt-oss-20b", tokenizer("gptoss"), renderer="prime:gpt-oss")
     assert os.environ["TIKTOKEN_ENCODINGS_BASE"] == str(tmp_path / "rllm_renderers" / "tiktoken")
