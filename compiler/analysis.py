@@ -160,9 +160,13 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
     return "either"
 
 
+KNOB_GUESSES = (True, False, "custom value", [], ["code_interpreter", "python"])
+
+
 def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tuple]:
-    """Values worth trying for each knob: booleans, plus constants the template compares it with."""
-    candidates: dict[str, list] = {knob: [True, False] for knob in knobs}
+    """Values worth trying for each knob: constants the template compares it with, then generic
+    guesses of each type (the verifier drops the ones the template refuses)."""
+    candidates: dict[str, list] = {knob: [] for knob in knobs}
     for compare in ast.find_all(nodes.Compare):
         operands = [compare.expr] + [operand.expr for operand in compare.ops]
         names = [operand.name for operand in operands if isinstance(operand, nodes.Name) and operand.name in candidates]
@@ -170,6 +174,8 @@ def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tu
             for operand in operands:
                 if isinstance(operand, nodes.Const) and operand.value not in candidates[name]:
                     candidates[name].append(operand.value)
+    for values in candidates.values():
+        values.extend(guess for guess in KNOB_GUESSES if guess not in values)
     return {knob: tuple(values) for knob, values in candidates.items()}
 
 

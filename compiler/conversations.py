@@ -92,6 +92,7 @@ class ConversationFeatures:
     max_messages: int = 10
     reasoning: bool = True  # draw `reasoning_content` on assistant messages
     tool_calls: bool = True
+    max_tool_calls: int = 3  # calls per assistant turn (Llama 3.x templates allow only one)
     tools: bool = True  # draw a `tools` list (or None)
 
     def __post_init__(self):
@@ -200,7 +201,9 @@ def _assistant(draw, features: ConversationFeatures, tool_names: list[str], *, c
     if features.reasoning and draw(st.booleans()):
         message["reasoning_content"] = draw(TEXT)
     if calls:
-        message["tool_calls"] = draw(st.lists(_tool_call(features, tool_names), min_size=1, max_size=3))
+        message["tool_calls"] = draw(
+            st.lists(_tool_call(features, tool_names), min_size=1, max_size=features.max_tool_calls)
+        )
     return message
 
 

@@ -60,12 +60,50 @@ class VerificationReport:
 
 
 def features_for(renderer_class: type, knob_candidates: dict[str, tuple]) -> ConversationFeatures:
+    """What to draw for this template: its roles, knob values it accepts, its tool-call limits."""
     roles = tuple(role for role in renderer_class.ROLES if role in DEFAULT_ROLES) or DEFAULT_ROLES
     if "user" not in roles:
         roles = roles + ("user",)
     arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
-    knobs = tuple((knob, knob_candidates.get(knob, (True, False))) for knob in renderer_class.KNOBS)
-    return ConversationFeatures(roles=roles, knobs=knobs, arguments_form=arguments_form)
+    knobs = tuple(
+        (knob, accepted_knob_values(renderer_class, knob, knob_candidates.get(knob, (True, False))))
+        for knob in renderer_class.KNOBS
+    )
+    return ConversationFeatures(
+        roles=roles,
+        knobs=knobs,
+        arguments_form=arguments_form,
+        tool_calls="tool" in roles,
+        max_tool_calls=max_tool_calls(renderer_class),
+    )
+
+
+PROBE_CONVERSATION = [{"role": "user", "content": "Hello."}]
+
+
+def accepted_knob_values(renderer_class: type, knob: str, candidates: tuple) -> tuple:
+    """The candidate values with which the template renders a plain conversation."""
+    accepted = []
+    for value in candidates:
+        try:
+            renderer_class(None, **{knob: value}).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
+        except ValueError:
+            continue
+        accepted.append(value)
+    return tuple(accepted) or candidates[:1]
+
+
+def max_tool_calls(renderer_class: type) -> int:
+    """1 when the template refuses two tool calls in one turn (Llama 3.x), else 3."""
+    call = {"id": "call00001", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    for content in (None, ""):
+        turn = {"role": "assistant", "content": content, "tool_calls": [call, dict(call, id="call00002")]}
+        try:
+            renderer_class(None).render_text(PROBE_CONVERSATION + [turn])
+        except ValueError:
+            continue
+        return 3
+    return 1
 
 
 class DifferentialChecker:
