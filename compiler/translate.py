@@ -177,6 +177,12 @@ class Translator:
         self.function_reads: Counter[str] = Counter()
         self.message_sources = {"messages"}  # names holding (slices of) the messages list
         self.unresolved: set[str] = set()  # free names that are not inputs: the template's knobs
+        self.markup_possible = False  # the template uses `| safe`, the one source of Markup values
+        self.markup_names: set[str] = set()  # template names that may hold a Markup
+        self.markup_attributes: set[str] = set()  # namespace attributes that may hold one
+        self.computed_names: set[str] = set()  # template names some `set` binds to a computed value
+        self.computed_attributes: set[str] = set()  # namespace attributes some `set` binds to one
+        self.namespace_names: set[str] = set()  # template names bound to a namespace()
 
     # --- writing -------------------------------------------------------------------
 
@@ -215,8 +221,58 @@ class Translator:
             self.scope.names[name] = local
         for name, constant in self.names.special_tokens.items():
             self.scope.names[name] = constant
+        self.find_value_kinds(template)
+        self.bind_template_names(template)
         self.block(template.body)
         return self.lines
+
+    def find_value_kinds(self, template: nodes.Template) -> None:
+        """Which names hold namespaces, computed values (not wrapped template data) or Markups."""
+        assignments = list(template.find_all((nodes.Assign, nodes.AssignBlock)))
+        self.namespace_names = {
+            assign.target.name
+            for assign in assignments
+            if isinstance(assign, nodes.Assign) and isinstance(assign.target, nodes.Name)
+            and is_namespace_call(assign.node)
+        }
+        while True:  # to a fixed point: `{% set a = [1] %}{% set b = a %}` makes both computed
+            known = (set(self.computed_names), set(self.computed_attributes))
+            for assign in assignments:
+                if isinstance(assign, nodes.AssignBlock) or self.is_computed(assign.node):
+                    if isinstance(assign.target, nodes.NSRef):
+                        self.computed_attributes.add(assign.target.attr)
+                    self.computed_names |= target_names(assign.target)
+            if known == (self.computed_names, self.computed_attributes):
+                break
+        self.markup_possible = any(node.name == "safe" for node in template.find_all(nodes.Filter))
+        if self.markup_possible:
+            self.find_markup_names(template)
+
+    def bind_template_names(self, template: nodes.Template) -> None:
+        """Bind, before the first statement, the top-level names something may read before their ``set``.
+
+        A macro may call one defined after it (Jinja looks it up at call time). A loop, macro or set
+        block that reads a top-level variable sees the template's own variable, never the context's:
+        Undefined until its set runs (`{% if c %}{% set x = 1 %}{% endif %}{{ x }}` too). A name
+        the top level itself reads before any set is a knob instead (the read leaves it unresolved).
+        """
+        macros = {macro.name: macro_reads(macro) for macro in template.find_all(nodes.Macro)}
+        body = template.body
+        for node in body:
+            if isinstance(node, nodes.Macro) and node.name not in self.macros and self.scope.lookup(node.name) is None:
+                function = self.fresh_name(f"macro_{node.name}")
+                self.macros[node.name] = self.scope.names[node.name] = function
+                if may_read_before_assignment(body, node.name) or macro_called_before_set(body, node.name, macros):
+                    self.write(f"{function} = jinja.Undefined({node.name!r})")
+        for name in sorted(assigned_names(body) - set(macros)):
+            first = first_use(body, name)
+            if self.scope.lookup(name) is not None or first == "read":
+                continue
+            early = may_read_before_assignment(body, name) or macro_called_before_set(body, name, macros)
+            if first == "inner read" or early:
+                local = self.assign_target(nodes.Name(name, "store"))
+                if early:
+                    self.write(f"{local} = jinja.Undefined({name!r})")
 
     def block(self, body: list[nodes.Node]) -> None:
         start = len(self.lines)
@@ -234,6 +290,14 @@ class Translator:
     # --- statements ---------------------------------------------------------------
 
     def stmt_Output(self, node: nodes.Output) -> None:
+        children = [child for child in node.nodes if not (isinstance(child, nodes.TemplateData) and not child.data)]
+        if len(children) == 1 and not isinstance(children[0], nodes.TemplateData):
+            value = self.expr(children[0])
+            # A lone string piece needs no str() even when it may be a Markup: there is nothing to escape.
+            if value.code != repr(""):
+                piece = value.at_least(PREC_ADD) if value.is_str else value.as_output_piece()
+                self.write(f"{self.output}.append({piece})")
+            return
         pieces = [self.output_piece(child) for child in node.nodes]
         pieces = [piece for piece in pieces if piece != repr("")]
         if pieces:
@@ -315,9 +379,16 @@ class Translator:
             target = self.assign_target(node.target)
             condition = self.expr(node.test).code
             self.leave_scope()
-            self.write(f"{filtered} = [{target} for {target} in {iterable.code} if {condition}]")
+            element = f"({target})" if isinstance(node.target, nodes.Tuple) else target
+            self.write(f"{filtered} = [{element} for {target} in {iterable.code} if {condition}]")
             items_code = filtered
-        needs_sequence = uses & {"last", "length", "revindex", "revindex0", "nextitem"} or node.else_
+        completed = ""
+        if node.else_ and contains_loop_control(node.body):
+            # Jinja runs `else` when no iteration reached the end of the body (`break`/`continue` skip it).
+            completed = self.fresh_name("completed_iteration")
+            self.write(f"{completed} = False")
+        needs_sequence = uses & {"last", "length", "revindex", "revindex0", "nextitem"}
+        needs_sequence = needs_sequence or (node.else_ and not completed)
         if needs_sequence and not items_code.isidentifier():
             sequence = self.fresh_name("items")
             self.write(f"{sequence} = list({items_code})")
@@ -346,13 +417,15 @@ class Translator:
             self.write(f"out.mark_message({target})")
         self.initialise_scope_reads(node.body, target_names(node.target))
         self.block(node.body)
+        if completed:
+            self.write(f"{completed} = True")
         self.depth -= 1
         self.loops.pop()
         self.leave_scope()
         if marks_messages:
             self.write("out.mark_scaffold()")
         if node.else_:
-            self.write(f"if not {items_code}:")
+            self.write(f"if not {completed or items_code}:")
             self.indented_block(node.else_)
 
     def stmt_Macro(self, node: nodes.Macro) -> None:
@@ -360,23 +433,34 @@ class Translator:
         for forbidden in ("caller", "varargs", "kwargs"):
             if reads[forbidden]:
                 raise self.error(node, f"cannot translate macro {node.name!r}: it uses {forbidden!r}")
-        function = self.fresh_name(f"macro_{node.name}")
+        reserved = self.macros.get(node.name)  # by bind_template_names
+        if reserved and self.scope.names.get(node.name) == reserved:
+            function = reserved
+        else:
+            function = self.fresh_name(f"macro_{node.name}")
         self.macros[node.name] = function
         self.scope.names[node.name] = function
         self.comment(node, f"{{% macro {node.name} %}}")
         saved_reads, saved_output, saved_loops = self.function_reads, self.output, self.loops
         self.function_reads, self.loops = reads, []
         self.enter_scope(node)
-        parameters = []
+        parameters, late_defaults = [], []
         defaults = [None] * (len(node.args) - len(node.defaults)) + list(node.defaults)
         for argument, default_node in zip(node.args, defaults):
             name = self.assign_target(argument)
             if default_node is None:
                 parameters.append(f"{name}=jinja.Undefined({argument.name!r})")
+            elif isinstance(default_node, nodes.Name) or any(True for _ in default_node.find_all(nodes.Name)):
+                # Jinja evaluates a default at call time, where it sees the earlier arguments.
+                parameters.append(f"{name}=jinja.MISSING")
+                late_defaults.append((name, default_node))
             else:
                 parameters.append(f"{name}={self.expr(default_node).code}")
         self.write(f"def {function}({', '.join(parameters)}):")
         self.depth += 1
+        for name, default_node in late_defaults:
+            self.write(f"if {name} is jinja.MISSING:")
+            self.write(f"    {name} = {self.expr(default_node).code}")
         parts = self.fresh_name("parts")
         self.output = parts
         self.write(f"{parts} = []")
@@ -435,8 +519,12 @@ class Translator:
 
     def initialise_scope_reads(self, body: list[nodes.Node], bound: set[str]) -> None:
         """A name read before its ``set`` in this scope sees the outer value (or Undefined)."""
+        macros = {node.name: macro_reads(node) for node in body if isinstance(node, nodes.Macro)}
         for name in sorted(assigned_names(body) - bound):
             if not may_read_before_assignment(body, name):
+                if macro_called_before_set(body, name, macros):  # a macro of this scope sees no outer value
+                    local = self.scope.names.get(name) or self.assign_target(nodes.Name(name, "store"))
+                    self.write(f"{local} = jinja.Undefined({name!r})")
                 continue
             local = self.scope.names.get(name) or self.assign_target(nodes.Name(name, "store"))
             parent = self.scope.parent
@@ -446,6 +534,76 @@ class Translator:
                 outer = self.name_load(name, body[0])
                 self.scope = saved
             self.write(f"{local} = {outer}")
+
+    def find_markup_names(self, template: nodes.Template) -> None:
+        """Names, namespace attributes and macro parameters that may hold a Markup (to a fixed point)."""
+        macros = {macro.name: macro for macro in template.find_all(nodes.Macro)}
+        calls = [
+            call
+            for call in template.find_all(nodes.Call)
+            if isinstance(call.node, nodes.Name) and call.node.name in macros
+        ]
+        while True:
+            known = (set(self.markup_names), set(self.markup_attributes))
+            for assign in template.find_all(nodes.Assign):
+                if self.markup_node(assign.node):
+                    if isinstance(assign.target, nodes.NSRef):
+                        self.markup_attributes.add(assign.target.attr)
+                    self.markup_names |= target_names(assign.target)
+            for loop in template.find_all(nodes.For):
+                if self.markup_node(loop.iter):
+                    self.markup_names |= target_names(loop.target)
+            for call in calls:
+                if any(self.markup_node(argument) for argument in [*call.args, *(k.value for k in call.kwargs)]):
+                    self.markup_names |= {argument.name for argument in macros[call.node.name].args}
+            if known == (self.markup_names, self.markup_attributes):
+                return
+
+    def markup_node(self, node: nodes.Node) -> bool:
+        """Whether ``node`` may evaluate to a Markup: a ``| safe`` result, or what keeps one a Markup."""
+        if isinstance(node, nodes.Filter):
+            if node.name == "safe":
+                return True
+            if node.name in PLAIN_RESULT_FILTERS or node.node is None:
+                return False
+            if node.name in ("d", "default"):
+                return any(self.markup_node(part) for part in [node.node, *node.args[:1]])
+            return self.markup_node(node.node)
+        if isinstance(node, nodes.Name):
+            return node.name in self.markup_names
+        if isinstance(node, nodes.Getattr):
+            if isinstance(node.node, nodes.Name) and node.node.name in self.namespace_names:
+                return node.attr in self.markup_attributes
+            return self.markup_node(node.node)
+        if isinstance(node, nodes.Getitem):
+            return self.markup_node(node.node)
+        if isinstance(node, nodes.Call):  # a method of a Markup returns a Markup; a macro a plain str
+            return isinstance(node.node, nodes.Getattr) and self.markup_node(node.node.node)
+        if isinstance(node, nodes.BinExpr):
+            return self.markup_node(node.left) or self.markup_node(node.right)
+        if isinstance(node, nodes.CondExpr):
+            return self.markup_node(node.expr1) or (node.expr2 is not None and self.markup_node(node.expr2))
+        if isinstance(node, (nodes.List, nodes.Tuple)):
+            return any(self.markup_node(item) for item in node.items)
+        if isinstance(node, nodes.Dict):
+            return any(self.markup_node(pair.value) for pair in node.items)
+        return False
+
+    def is_computed(self, node: nodes.Node) -> bool:
+        """Whether ``node`` may be a computed value (a literal, a call's, filter's or operator's result,
+        a name or namespace attribute some ``set`` binds to one, a part of one) rather than template data.
+
+        Template data (inputs, knobs and what is read from them) is wrapped so that a missing key
+        or index reads as Undefined; computed values are plain Python objects.
+        """
+        if isinstance(node, nodes.Name):
+            return node.name in self.computed_names
+        if isinstance(node, nodes.Getattr) and node.attr in self.computed_attributes:
+            if isinstance(node.node, nodes.Name) and node.node.name in self.namespace_names:
+                return True
+        if isinstance(node, (nodes.Getattr, nodes.Getitem)):
+            return self.is_computed(node.node)
+        return True
 
     def is_message_source(self, node: nodes.Node) -> bool:
         """Whether ``node`` evaluates to the messages list or a slice / filter of it."""
@@ -461,7 +619,10 @@ class Translator:
         visitor = getattr(self, f"expr_{type(node).__name__}", None)
         if visitor is None:
             raise self.error(node, f"cannot translate the expression {describe(node)}")
-        return visitor(node)
+        value = visitor(node)
+        if self.markup_possible and not value.markup and self.markup_node(node):
+            value.markup = True
+        return value
 
     def expr_Const(self, node: nodes.Const) -> PyExpr:
         return PyExpr(repr(node.value), is_str=isinstance(node.value, str))
@@ -571,16 +732,23 @@ class Translator:
         target = self.expr(node.node)
         if target.code in self.namespaces or node.attr in DICT_METHODS:
             return PyExpr(f"{target.at_least(PREC_ATOM)}.{node.attr}")
+        if self.is_computed(node.node):
+            # Not template data (a literal, a method's or filter's result): Jinja's lookup rules in full.
+            return PyExpr(f"jinja.getattribute({target.code}, {node.attr!r})")
         return PyExpr(f"{target.at_least(PREC_ATOM)}[{node.attr!r}]")
 
     def expr_Getitem(self, node: nodes.Getitem) -> PyExpr:
-        target = self.expr(node.node).at_least(PREC_ATOM)
+        value = self.expr(node.node)
+        target = value.at_least(PREC_ATOM)
         if isinstance(node.arg, nodes.Slice):
             parts = [self.expr(part).code if part is not None else "" for part in (node.arg.start, node.arg.stop)]
             code = ":".join(parts)
             if node.arg.step is not None:
                 code += ":" + self.expr(node.arg.step).code
             return PyExpr(f"{target}[{code}]")
+        if self.is_computed(node.node) and not is_split_end(node):
+            # An out-of-range index or missing key of a computed value is Undefined in Jinja.
+            return PyExpr(f"jinja.getitem({value.code}, {self.expr(node.arg).code})")
         return PyExpr(f"{target}[{self.expr(node.arg).code}]")
 
     def loop_attribute(self, node: nodes.Getattr) -> PyExpr:
@@ -681,6 +849,8 @@ class Translator:
         if name in ("length", "count") and not arguments:
             return PyExpr(f"len({value.code})")
         if name == "string":
+            if value.markup:  # Jinja's soft_str keeps a Markup
+                return PyExpr(f"jinja.soft_str({value.code})", is_str=True, markup=True)
             return PyExpr(value.as_str(), is_str=True) if value.is_str else PyExpr(f"str({value.code})", is_str=True)
         if name == "list":
             return PyExpr(f"list({value.code})")
@@ -699,7 +869,8 @@ class Translator:
         if name == "map":
             return self.map_filter(node, value, arguments, keywords)
         if name in SIMPLE_FILTERS:
-            return PyExpr(f"jinja.{name}({value.code}{extra})", is_str=name in STRING_FILTERS)
+            markup = name in SOFT_STR_FILTERS and value.markup
+            return PyExpr(f"jinja.{name}({value.code}{extra})", is_str=name in STRING_FILTERS, markup=markup)
         raise self.error(node, f"cannot translate the filter `{name}`")
 
     def map_filter(self, node: nodes.Filter, value: PyExpr, arguments: list[str], keywords: dict) -> PyExpr:
@@ -733,6 +904,12 @@ SIMPLE_FILTERS = {
     "select",
     "reject",
 }
+
+# Filters whose result is never a Markup, whatever their input.
+PLAIN_RESULT_FILTERS = {"tojson", "join", "replace", "title", "length", "count", "int", "float", "abs", "items"}
+
+# Filters that keep a Markup a Markup (Jinja's ``soft_str``).
+SOFT_STR_FILTERS = {"trim", "upper", "lower", "capitalize"}
 
 DICT_METHODS = {name for name in dir(dict) if not name.startswith("_")}
 
@@ -812,6 +989,35 @@ def count_reads(body: list[nodes.Node]) -> Counter[str]:
     return reads
 
 
+def is_split_end(node: nodes.Getitem) -> bool:
+    """``s.split(sep)[0]`` or ``[-1]``: always present (split never returns an empty list)."""
+    call, index = node.node, node.arg
+    if isinstance(index, nodes.Neg) and isinstance(index.node, nodes.Const) and index.node.value == 1:
+        index = nodes.Const(-1)
+    return (
+        isinstance(call, nodes.Call)
+        and isinstance(call.node, nodes.Getattr)
+        and call.node.attr in ("split", "rsplit")
+        and len(call.args) >= 1
+        and not (isinstance(call.args[0], nodes.Const) and call.args[0].value is None)
+        and isinstance(index, nodes.Const)
+        and index.value in (0, -1)
+    )
+
+
+def contains_loop_control(body: list[nodes.Node]) -> bool:
+    """Whether a ``{% break %}`` or ``{% continue %}`` of this loop (not of a nested one) is in ``body``."""
+
+    def visit(node: nodes.Node) -> bool:
+        if isinstance(node, (nodes.Break, nodes.Continue)):
+            return True
+        if isinstance(node, nodes.For):  # its body's controls are its own; its else block's are ours
+            return any(visit(child) for child in node.else_)
+        return any(visit(child) for child in node.iter_child_nodes())
+
+    return any(visit(node) for node in body)
+
+
 def contains_output(body: list[nodes.Node]) -> bool:
     return any(isinstance(node, nodes.Output) or any(True for _ in node.find_all(nodes.Output)) for node in body)
 
@@ -845,6 +1051,76 @@ def _reads(node: nodes.Node, name: str) -> bool:
     )
 
 
+def macro_reads(macro: nodes.Macro) -> Counter[str]:
+    """Names a macro reads from outside: not its parameters."""
+    reads = count_reads([*macro.defaults, *macro.body])
+    for argument in macro.args:
+        del reads[argument.name]
+    return reads
+
+
+def macro_called_before_set(body: list[nodes.Node], name: str, macros: dict[str, Counter[str]]) -> bool:
+    """Whether a macro reading ``name`` (directly or through another macro) may be called before
+    the first unconditional ``set`` (or macro definition) of ``name`` in ``body``."""
+    readers = {macro for macro, reads in macros.items() if reads[name]}
+    while True:
+        more = {macro for macro, reads in macros.items() if any(reads[reader] for reader in readers)} - readers
+        if not more:
+            break
+        readers |= more
+    if not readers:
+        return False
+    for node in body:
+        if isinstance(node, nodes.Macro):  # defining a macro calls nothing
+            if node.name == name:
+                return False
+            continue
+        if any(isinstance(call.node, nodes.Name) and call.node.name in readers for call in node.find_all(nodes.Call)):
+            return True
+        if isinstance(node, (nodes.Assign, nodes.AssignBlock)) and name in target_names(node.target):
+            return False
+    return False
+
+
+def first_use(body: list[nodes.Node], name: str) -> str | None:
+    """In template order, the first use of ``name`` in ``body``: "read" (in the frame of ``body``
+    itself: Jinja then looks the name up in the context), "inner read" (in a loop, macro or set
+    block: Jinja does not), "set", or None."""
+
+    def visit(node: nodes.Node, inner: bool) -> str | None:
+        if isinstance(node, (nodes.Name, nodes.NSRef)) and node.name == name:
+            if isinstance(node, nodes.Name) and node.ctx != "load":
+                return "set"
+            return "inner read" if inner else "read"
+        if isinstance(node, nodes.Assign):  # the value is evaluated before the target is bound
+            return visit(node.node, inner) or visit(node.target, inner)
+        if isinstance(node, nodes.Macro):
+            if node.name == name:
+                return "set"
+            if name in {argument.name for argument in node.args}:
+                return None
+            return first_of([*node.defaults, *node.body], True)
+        if isinstance(node, nodes.For):
+            if name in target_names(node.target):
+                return visit(node.iter, inner)
+            return visit(node.iter, inner) or first_of([*([node.test] if node.test else []), *node.body], True)
+        if isinstance(node, (nodes.AssignBlock, nodes.CallBlock)):
+            event = first_of(node.body, True)
+            if event is None and isinstance(node, nodes.AssignBlock):
+                return visit(node.target, inner)
+            return event
+        return first_of(list(node.iter_child_nodes()), inner)
+
+    def first_of(children: list[nodes.Node], inner: bool) -> str | None:
+        for child in children:
+            event = visit(child, inner)
+            if event:
+                return event
+        return None
+
+    return first_of(body, False)
+
+
 def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
     """Whether some path through ``body`` reads ``name`` before assigning it."""
 
@@ -871,8 +1147,16 @@ def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
                 if bad:
                     return True, assigned
                 assigned = assigned or name in target_names(node.target)
-            elif isinstance(node, nodes.Macro):
-                continue
+            elif isinstance(node, nodes.Macro):  # its body runs when called; its definition binds its name
+                assigned = assigned or node.name == name
+            elif isinstance(node, nodes.For):
+                # The body reads the outer value only before its own set (a loop's sets stay inside it).
+                reads = _reads(node.iter, name) or any(_reads(child, name) for child in node.else_)
+                if name not in target_names(node.target):
+                    reads = reads or (node.test is not None and _reads(node.test, name))
+                    reads = reads or may_read_before_assignment(node.body, name)
+                if not assigned and reads:
+                    return True, assigned
             elif not assigned and _reads(node, name):
                 return True, assigned
         return False, assigned

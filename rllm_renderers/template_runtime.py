@@ -33,8 +33,13 @@ __all__ = [
     "Undefined",
     "TemplateDict",
     "TemplateList",
+    "TemplateStr",
     "Namespace",
     "template_data",
+    "MISSING",
+    "getitem",
+    "getattribute",
+    "soft_str",
     "raise_exception",
     "strftime_now",
     "defined",
@@ -152,7 +157,7 @@ def _object_type_repr(obj: Any) -> str:
     if obj is Ellipsis:
         return "Ellipsis"
     cls = type(obj)
-    if cls in (TemplateDict, TemplateList):
+    if cls in (TemplateDict, TemplateList, TemplateStr):
         cls = cls.__mro__[1]
     if cls.__module__ == "builtins":
         return f"{cls.__name__} object"
@@ -188,6 +193,26 @@ class TemplateList(list):
             return Undefined(index, self)
 
 
+class TemplateStr(str):
+    """An input string whose lookups behave as in Jinja: ``s.name`` / ``s["name"]`` read as Undefined
+    (or the str method of that name), an out-of-range ``s[i]`` too; its pieces stay wrapped."""
+
+    __slots__ = ()
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return TemplateStr(str.__getitem__(self, index))
+        except IndexError:
+            return Undefined(index, self)
+        except TypeError:
+            if isinstance(index, str) and not index.startswith("_") and hasattr(str, index):
+                return getattr(self, index)
+            return Undefined(index, self)
+
+    def __iter__(self):
+        return map(TemplateStr, str.__iter__(self))
+
+
 class Namespace:
     """``namespace(...)``: the one mutable object a template may assign attributes on."""
 
@@ -203,6 +228,10 @@ class Namespace:
     def __getattr__(self, name: str) -> Any:
         return Undefined(name, self)
 
+    def __getitem__(self, name: Any) -> Any:
+        # `ns.x` on a namespace reached through another name (an alias, a macro argument).
+        return self.__dict__[name] if name in self.__dict__ else Undefined(name, self)
+
     def __repr__(self) -> str:
         return f"<Namespace {self.__dict__!r}>"
 
@@ -215,13 +244,50 @@ def _check_namespace_name(name: str) -> None:
         )
 
 
+class _Missing:
+    """The default of a macro argument whose default Jinja evaluates at call time."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
 def template_data(value: Any) -> Any:
     """Wrap plain JSON-like data so that missing keys and indexes behave as in Jinja."""
     if isinstance(value, Mapping):
         return TemplateDict((key, template_data(item)) for key, item in value.items())
     if isinstance(value, (list, tuple)):
         return TemplateList(template_data(item) for item in value)
+    if isinstance(value, str):
+        return TemplateStr(value)
     return value
+
+
+def getitem(obj: Any, key: Any) -> Any:
+    """``obj[key]`` on a computed value (``s.split(",")[1]``): Undefined when missing, as in Jinja."""
+    return _getitem(obj, key)
+
+
+def getattribute(obj: Any, name: str) -> Any:
+    """``obj.name`` on a computed value: Jinja's ``getattr`` (attribute, then item, else Undefined)."""
+    if not name.startswith("_"):
+        try:
+            return getattr(obj, name)
+        except AttributeError:
+            pass
+    try:
+        return obj[name]
+    except (TypeError, LookupError):
+        return Undefined(name, obj)
+
+
+def soft_str(value: Any) -> str:
+    """``value | string``: ``str(value)``, but a str (a Markup too) is kept as it is."""
+    return value if isinstance(value, str) else str(value)
 
 
 # --- globals -------------------------------------------------------------------------
@@ -305,7 +371,7 @@ def tojson(
 
 def trim(value: Any, chars: str | None = None) -> str:
     """``value | trim``."""
-    return str(value).strip(chars)
+    return soft_str(value).strip(chars)
 
 
 def default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
@@ -377,17 +443,17 @@ def join(value: Iterable, separator: str = "", attribute: str | int | None = Non
 
 def upper(value: Any) -> str:
     """``value | upper``."""
-    return str(value).upper()
+    return soft_str(value).upper()
 
 
 def lower(value: Any) -> str:
     """``value | lower``."""
-    return str(value).lower()
+    return soft_str(value).lower()
 
 
 def capitalize(value: Any) -> str:
     """``value | capitalize``."""
-    return str(value).capitalize()
+    return soft_str(value).capitalize()
 
 
 def title(value: Any) -> str:
@@ -395,7 +461,7 @@ def title(value: Any) -> str:
     import re
 
     return "".join(
-        [item[0].upper() + item[1:].lower() for item in re.compile(r"([-\s({\[<]+)").split(str(value)) if item]
+        [item[0].upper() + item[1:].lower() for item in re.compile(r"([-\s({\[<]+)").split(soft_str(value)) if item]
     )
 
 
@@ -536,6 +602,8 @@ def mark_safe(value: Any) -> Any:
 
 def to_int(value: Any, default: int = 0, base: int = 10) -> int:
     """``value | int``."""
+    if isinstance(value, Undefined):
+        raise TemplateError(value.message)
     try:
         if isinstance(value, str):
             return int(value, base)
@@ -543,12 +611,14 @@ def to_int(value: Any, default: int = 0, base: int = 10) -> int:
     except (TypeError, ValueError):
         try:
             return int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
 
 def to_float(value: Any, default: float = 0.0) -> float:
     """``value | float``."""
+    if isinstance(value, Undefined):
+        raise TemplateError(value.message)
     try:
         return float(value)
     except (TypeError, ValueError):
