@@ -15,7 +15,7 @@ import black
 from . import __version__
 from .analysis import TemplateFacts
 from .probes import ProbeFacts
-from .translate import TemplateNames, Translator
+from .translate import RESERVED_NAMES, TemplateNames, Translator
 
 BLACK_MODE = black.Mode(
     target_versions={black.TargetVersion.PY310},
@@ -61,7 +61,9 @@ def constant_name(variable: str) -> str:
 
 
 def knob_local(knob: str) -> str:
-    return knob if knob.isidentifier() else re.sub(r"\W", "_", knob)
+    """The Python local holding a knob: its own name unless that is taken (``str``, ``out``...)."""
+    local = knob if knob.isidentifier() else re.sub(r"\W", "_", knob)
+    return local + "_" if local in RESERVED_NAMES or local[:1].isdigit() else local
 
 
 def dataclass_literal(value: object) -> str:

@@ -39,7 +39,32 @@ def first_violation(renderer: Any, case: Case) -> str | None:
     return None
 
 
+def appended_role_cases(features: ConversationFeatures) -> list[Case]:
+    """Deterministic checks first: each role appended after a plain, a reasoning and a tool-calling turn."""
+    call = {"id": "call00001", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+    turns = [
+        {"role": "assistant", "content": "Answer."},
+        {"role": "assistant", "content": "Answer.", "reasoning_content": "Thinking."},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [call]},
+    ]
+    appended = {
+        "system": {"role": "system", "content": "Be brief."},
+        "user": {"role": "user", "content": "And then?"},
+        "tool": {"role": "tool", "tool_call_id": "call00001", "content": "result"},
+    }
+    cases = []
+    for turn in turns:
+        for role in ("user", "tool", "system"):
+            if role in features.roles:
+                cases.append(Case(messages=[{"role": "user", "content": "Hi."}, turn, appended[role]]))
+    return cases
+
+
 def measure_prefix_stability(renderer: Any, features: ConversationFeatures, *, cases: int, seed_value: int) -> tuple[bool, str]:
+    for case in appended_role_cases(features):
+        violation = first_violation(renderer, case)
+        if violation is not None:
+            return False, violation
     found: list[str] = []
 
     @settings(

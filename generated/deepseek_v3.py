@@ -26,7 +26,9 @@ class DeepseekV3Renderer(GeneratedRenderer):
     Generation prompt (default knobs): '<｜Assistant｜>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Note: the template does not render tool calls of OpenAI-format messages.
-    Prefix-stable: appending messages never changes the text of earlier turns.
+    Not prefix-stable: the template rewrites earlier turns when messages are appended
+    (e.g. appending system after an assistant turn); the bridge returns None where that would matter
+    unless thinking_retention="verbatim".
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-V3",)
@@ -38,7 +40,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
     TURN = TurnFormat(close="<｜end▁of▁sentence｜>", stop_tokens=("<｜end▁of▁sentence｜>",))
     REASONING = None
     TOOL_CALLS = None
-    PREFIX_STABLE = True
+    PREFIX_STABLE = False
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""

@@ -49,6 +49,7 @@ class Llama31Renderer(GeneratedRenderer):
         custom_tools = self.knobs["custom_tools"]
         date_string = self.knobs["date_string"]
         tools_in_user_message = self.knobs["tools_in_user_message"]
+        first_user_message = jinja.Undefined("first_user_message")
         out.append(BOS_TOKEN)
         # L2: {% if %}
         if jinja.defined(custom_tools):

@@ -232,7 +232,7 @@ class Qwen35Renderer(GeneratedRenderer):
                                         jinja.is_sequence(args_value)
                                         and not isinstance(args_value, str)
                                     )
-                                    else str(args_value)
+                                    else jinja.soft_str(args_value)
                                 )
                                 out.append(str(args_value) + "\n</parameter>\n")
                         out.append("</function>\n</tool_call>")

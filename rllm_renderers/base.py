@@ -47,7 +47,7 @@ class GeneratedRenderer:
     #: Bridge retention policy when none is given (see ``bridge_to_next_turn``).
     DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
 
-    def __init__(self, tokenizer: Any = None, *, thinking_retention: str | None = None, **knobs: Any) -> None:
+    def __init__(self, tokenizer: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any) -> None:
         unknown = sorted(set(knobs) - set(self.KNOBS))
         if unknown:
             known = ", ".join(self.KNOBS) or "none"
@@ -163,7 +163,7 @@ class GeneratedRenderer:
             self.render_template(out, template_messages, template_tools, None, bool(add_generation_prompt))
         except jinja.TemplateError:
             raise
-        except (TypeError, KeyError, IndexError, AttributeError) as exc:
+        except Exception as exc:  # whatever Python raised where Jinja would have: the template refuses
             raise jinja.TemplateError(f"{type(self).__name__}: the template failed on this input: {exc}") from exc
         return out
 

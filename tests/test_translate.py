@@ -28,6 +28,7 @@ if str(REPO) not in sys.path:  # let `pytest tests/...` import the compiler pack
     sys.path.insert(0, str(REPO))
 
 from compiler.analysis import TemplateFacts, parse_template, split_free_variables, template_sha256  # noqa: E402
+from tests.families import CORPUS as FAMILIES_CORPUS  # noqa: E402
 from compiler.emit import BLACK_MODE, ModuleSpec, emit_module  # noqa: E402
 from compiler.errors import CompileError  # noqa: E402
 from compiler.oracle import OracleRejected, TemplateOracle  # noqa: E402
@@ -943,11 +944,6 @@ def test_undefined_error_messages():
 # --- known limitations (strict xfails: they start failing when fixed) -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rllm_renderers/base.py turns only TypeError/KeyError/IndexError/AttributeError into ValueError; "
-    "ZeroDivisionError (and OverflowError) escape as themselves",
-)
 @pytest.mark.parametrize("source", ["{{ a / b }}", "{{ a // b }}", "{{ a % b }}"])
 def test_arithmetic_errors_become_value_errors(source):
     check(source, a=1, b=0)
@@ -963,12 +959,7 @@ def test_lookups_on_scalar_template_data(value):
     check("[{{ x.y }}]", x={"a": value}["a"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compiler/emit.py's knob_local keeps a knob's name even when it is a Python builtin or a name the "
-    "generated code uses (str, len, out, jinja); GeneratedRenderer.__init__ takes `self` and `tokenizer`",
-)
-@pytest.mark.parametrize("knob", ["str", "len", "out", "jinja", "self", "tokenizer"])
+@pytest.mark.parametrize("knob", ["str", "len", "out", "jinja", "tokenizer"])  # (jinja itself refuses `self`)
 def test_knobs_named_like_python_names(knob):
     check("{{ " + knob + " }}{{ 1 }}{{ x|trim|length }}", **{knob: "K", "x": " a "})
 
@@ -1034,7 +1025,7 @@ def test_untranslatable_constructs_raise_compile_error(source, construct, line):
 
 # --- the emitted module ------------------------------------------------------------------------
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "templates"
+CORPUS = FAMILIES_CORPUS / "templates"
 SAMPLE = (
     "{%- set ns = namespace(n=0) -%}\n"
     "{%- macro show(x, sep=', ') -%}{{ x|join(sep) }}{%- endmacro -%}\n"
