@@ -37,6 +37,7 @@ Run from the project root:  .venv/bin/python benchmarks/bench_render.py [--corpu
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import copy
 import cProfile
@@ -47,6 +48,7 @@ import json
 import os
 import pstats
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -400,6 +402,7 @@ def _offline_harmony_vocab(tokenizer) -> None:
     if hashlib.sha256(data).hexdigest() != O200K_SHA256:
         raise RuntimeError("gpt-oss tokenizer's BPE table is not o200k_base; openai_harmony would go to the network")
     folder = Path(tempfile.mkdtemp(prefix="bench_harmony_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     (folder / "o200k_base.tiktoken").write_bytes(data)
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(folder)
 
