@@ -124,6 +124,8 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None 
     for knob in facts.knobs:
         lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
     lines += body
+    for method in translator.methods:
+        lines += ["", *method]
     source = "\n".join(lines) + "\n"
     return black.format_str(source, mode=BLACK_MODE)
 

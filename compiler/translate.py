@@ -177,6 +177,9 @@ class Translator:
         self.function_reads: Counter[str] = Counter()
         self.message_sources = {"messages"}  # names holding (slices of) the messages list
         self.unresolved: set[str] = set()  # free names that are not inputs: the template's knobs
+        self.marking_messages = False  # inside the message loop (only the outermost one marks)
+        self.methods: list[list[str]] = []  # role methods split out of the message loop
+        self.method_names: set[str] = set()
         self.markup_possible = False  # the template uses `| safe`, the one source of Markup values
         self.markup_names: set[str] = set()  # template names that may hold a Markup
         self.markup_attributes: set[str] = set()  # namespace attributes that may hold one
@@ -395,6 +398,7 @@ class Translator:
             items_code = sequence
         marks_messages = (
             self.output == "out"
+            and not self.marking_messages
             and isinstance(node.target, nodes.Name)
             and self.is_message_source(node.iter)
             and contains_output(node.body)
@@ -416,7 +420,12 @@ class Translator:
         if marks_messages:
             self.write(f"out.mark_message({target})")
         self.initialise_scope_reads(node.body, target_names(node.target))
-        self.block(node.body)
+        if marks_messages:
+            self.marking_messages = True
+            self.message_loop_body(node)
+            self.marking_messages = False
+        else:
+            self.block(node.body)
         if completed:
             self.write(f"{completed} = True")
         self.depth -= 1
@@ -427,6 +436,95 @@ class Translator:
         if node.else_:
             self.write(f"if not {completed or items_code}:")
             self.indented_block(node.else_)
+
+    # --- role methods -------------------------------------------------------------------
+
+    def message_loop_body(self, loop: nodes.For) -> None:
+        """The message loop's body; a role dispatch in it becomes one method per role."""
+        start = len(self.lines)
+        for position, statement in enumerate(loop.body):
+            rest = loop.body[position + 1 :]
+            if isinstance(statement, nodes.If) and dispatched_roles(statement, loop.target.name):
+                self.role_dispatch(statement, loop, rest)
+            else:
+                self.statement(statement)
+        if len(self.lines) == start:
+            self.write("pass")
+
+    def role_dispatch(self, node: nodes.If, loop: nodes.For, rest: list[nodes.Node]) -> None:
+        """``if role == 'user' ... elif role == 'assistant' ...`` with each branch in its own method."""
+        self.comment(node, "{% if %} on the message's role")
+        branches = [(node.test, node.body)] + [(elif_node.test, elif_node.body) for elif_node in node.elif_]
+        keyword = "if"
+        for test, body in branches:
+            self.write(f"{keyword} {self.expr(test).code}:")
+            self.depth += 1
+            roles = roles_in_test(test, loop.target.name)
+            if not self.extract_branch(body, roles, loop, rest, test.lineno):
+                self.block(body)
+            self.depth -= 1
+            keyword = "elif"
+        if node.else_:
+            self.write("else:")
+            self.indented_block(node.else_)
+
+    def extract_branch(self, body: list[nodes.Node], roles: list[str], loop, rest, line: int) -> bool:
+        """Write ``body`` as a method and a call to it; False (nothing written) when that is unsafe."""
+        if not roles or not body or contains_loop_control_here(body):
+            return False
+        if any(isinstance(node, nodes.Macro) for node in body):
+            return False
+        later_reads = count_reads(rest)
+        if any(later_reads[name] for name in assigned_names(body)):
+            return False  # the branch sets something the rest of the iteration reads
+        name = self.fresh_method_name("render_" + "_or_".join(roles))
+        saved_lines, saved_depth = self.lines, self.depth
+        self.lines, self.depth = [], 2
+        self.block(body)
+        method_body = self.lines
+        self.lines, self.depth = saved_lines, saved_depth
+        # names the branch sets before any read are the method's own locals; everything else it reads
+        # (the message, loop index, namespaces, knobs, values set earlier in the iteration) is passed in
+        own = {
+            self.scope.lookup(name) or name
+            for name in assigned_names(body)
+            if not may_read_before_assignment(body, name)
+        }
+        parameters = method_parameters(method_body, (self.scope.visible_python_names() | self.bound_locals()) - own)
+        if parameters is not None:
+            # the message and its loop index first, then the rest in order of first use
+            leading = [self.scope.lookup(loop.target.name), self.loops[-1].index]
+            parameters = [name for name in leading if name in parameters] + [
+                name for name in parameters if name not in leading
+            ]
+        if parameters is None:
+            return False
+        call = ", ".join(["out", *parameters])
+        self.write(f"self.{name}({call})")
+        end_line = max(
+            [statement.lineno for statement in body]
+            + [n.lineno for statement in body for n in statement.find_all(nodes.Node) if n.lineno]
+        )
+        self.methods.append(
+            [
+                f"    def {name}(self, {call}):",
+                f'        """The template\'s {" / ".join(roles)} branch of the message loop (lines {line}-{end_line})."""',
+                *method_body,
+            ]
+        )
+        return True
+
+    def fresh_method_name(self, wanted: str) -> str:
+        name, counter = wanted, 1
+        while name in self.method_names:
+            counter += 1
+            name = f"{wanted}_{counter}"
+        self.method_names.add(name)
+        return name
+
+    def bound_locals(self) -> set[str]:
+        """Python names render_template binds besides template names (inputs, knobs, loop helpers)."""
+        return set(TEMPLATE_INPUTS) | set(self.names.knobs.values()) | set(self.macros.values())
 
     def stmt_Macro(self, node: nodes.Macro) -> None:
         reads = count_reads(node.body)
@@ -915,6 +1013,78 @@ DICT_METHODS = {name for name in dir(dict) if not name.startswith("_")}
 
 
 # --- AST queries -----------------------------------------------------------------------
+
+
+def role_accessed(node: nodes.Node, target: str) -> bool:
+    """Whether ``node`` is ``<target>.role`` or ``<target>['role']``."""
+    if isinstance(node, nodes.Getattr) and node.attr == "role":
+        return isinstance(node.node, nodes.Name) and node.node.name == target
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "role":
+        return isinstance(node.node, nodes.Name) and node.node.name == target
+    return False
+
+
+def positive_compares(test: nodes.Node) -> list[nodes.Compare]:
+    """``==`` / ``in`` comparisons that make ``test`` true (not those under ``not``)."""
+    if isinstance(test, nodes.Compare):
+        return [test] if all(operand.op in ("eq", "in") for operand in test.ops) else []
+    if isinstance(test, (nodes.And, nodes.Or)):
+        return positive_compares(test.left) + positive_compares(test.right)
+    return []
+
+
+def roles_in_test(test: nodes.Node, target: str) -> list[str]:
+    """Role names a test selects the loop message by (``role == 'user' or ...``), in order."""
+    roles: list[str] = []
+    for compare in positive_compares(test):
+        operands = [compare.expr] + [operand.expr for operand in compare.ops]
+        if any(role_accessed(operand, target) for operand in operands):
+            for operand in operands:
+                if isinstance(operand, nodes.Const) and isinstance(operand.value, str) and operand.value.isidentifier():
+                    if operand.value not in roles:
+                        roles.append(operand.value)
+    return roles
+
+
+def dispatched_roles(node: nodes.If, target: str) -> bool:
+    """Whether an ``{% if %}`` chain dispatches on the loop message's role (two branches or more)."""
+    tests = [node.test] + [elif_node.test for elif_node in node.elif_]
+    return len(tests) >= 2 and sum(1 for test in tests if roles_in_test(test, target)) >= 2
+
+
+def contains_loop_control_here(body: list[nodes.Node]) -> bool:
+    """``break`` / ``continue`` of the enclosing loop (not of loops nested in ``body``)."""
+
+    def visit(node: nodes.Node) -> bool:
+        if isinstance(node, (nodes.Break, nodes.Continue)):
+            return True
+        if isinstance(node, (nodes.For, nodes.Macro)):
+            return False
+        return any(visit(child) for child in node.iter_child_nodes())
+
+    return any(visit(statement) for statement in body)
+
+
+def method_parameters(body_lines: list[str], enclosing: set[str]) -> list[str] | None:
+    """Names a method body reads that render_template binds, in order of first use.
+
+    None when the body cannot stand alone (it assigns a name it must hand back).
+    """
+    import ast as python_ast
+    import textwrap
+
+    tree = python_ast.parse(textwrap.dedent("\n".join(body_lines)))
+    parameters: list[str] = []
+    for node in python_ast.walk(tree):
+        if isinstance(node, python_ast.Name) and node.id in enclosing and node.id != "out" and node.id not in parameters:
+            parameters.append(node.id)
+        if isinstance(node, (python_ast.Nonlocal, python_ast.Global)):
+            return None
+    positions = {}
+    for node in python_ast.walk(tree):
+        if isinstance(node, python_ast.Name) and node.id in parameters:
+            positions.setdefault(node.id, (node.lineno, node.col_offset))
+    return sorted(parameters, key=lambda name: positions[name])
 
 
 def describe(node: nodes.Node) -> str:

@@ -347,127 +347,141 @@ class GptOssRenderer(GeneratedRenderer):
         # L259: {% for %}
         for message_index, message in enumerate(loop_messages):
             out.mark_message(message)
-            # L261: {% if %}
+            # L261: {% if %} on the message's role
             if message["role"] == "assistant":
-                # L263: {% if %}
-                if "content" in message:
-                    # L264: {% if %}
-                    if (
-                        "<|channel|>analysis<|message|>" in message["content"]
-                        or "<|channel|>final<|message|>" in message["content"]
-                    ):
-                        out.append(
-                            str(
-                                jinja.raise_exception(
-                                    "You have passed a message containing <|channel|> tags in the content field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
-                                )
-                            )
-                        )
-                # L268: {% if %}
-                if "thinking" in message:
-                    # L269: {% if %}
-                    if (
-                        "<|channel|>analysis<|message|>" in message["thinking"]
-                        or "<|channel|>final<|message|>" in message["thinking"]
-                    ):
-                        out.append(
-                            str(
-                                jinja.raise_exception(
-                                    "You have passed a message containing <|channel|> tags in the thinking field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
-                                )
-                            )
-                        )
-                # L273: {% if %}
-                if "tool_calls" in message:
-                    future_final_message = jinja.Namespace(found=False)
-                    # L278: {% for %}
-                    for future_message in loop_messages[message_index + 1 :]:
-                        # L279: {% if %}
-                        if (
-                            future_message["role"] == "assistant"
-                            and "tool_calls" not in future_message
-                        ):
-                            future_final_message.found = True
-                    tool_call = message["tool_calls"][0]
-                    # L286: {% if %}
-                    if tool_call["function"]:
-                        tool_call = tool_call["function"]
-                    # L289: {% if %}
-                    if message["content"] and message["thinking"]:
-                        out.append(
-                            str(
-                                jinja.raise_exception(
-                                    "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
-                                )
-                            )
-                        )
-                    elif message["content"] and not future_final_message.found:
-                        out.append(
-                            "<|start|>assistant<|channel|>analysis<|message|>"
-                            + message["content"]
-                            + "<|end|>"
-                        )
-                    elif message["thinking"] and not future_final_message.found:
-                        out.append(
-                            "<|start|>assistant<|channel|>analysis<|message|>"
-                            + message["thinking"]
-                            + "<|end|>"
-                        )
-                    out.append(
-                        "<|start|>assistant to="
-                        + "functions."
-                        + tool_call["name"]
-                        + "<|channel|>commentary "
-                        + (
-                            tool_call["content_type"]
-                            if jinja.defined(tool_call["content_type"])
-                            else "json"
-                        )
-                        + "<|message|>"
-                        + jinja.tojson(tool_call["arguments"])
-                        + "<|call|>"
-                    )
-                    last_tool_call.name = tool_call["name"]
-                elif message_index == len(loop_messages) - 1 and not add_generation_prompt:
-                    # L305: {% if %}
-                    if "thinking" in message:
-                        out.append(
-                            "<|start|>assistant<|channel|>analysis<|message|>"
-                            + message["thinking"]
-                            + "<|end|>"
-                        )
-                    out.append(
-                        "<|start|>assistant<|channel|>final<|message|>"
-                        + message["content"]
-                        + "<|return|>"
-                    )
-                else:
-                    out.append(
-                        "<|start|>assistant<|channel|>final<|message|>"
-                        + message["content"]
-                        + "<|end|>"
-                    )
-                    last_tool_call.name = None
-            elif message["role"] == "tool":
-                # L318: {% if %}
-                if last_tool_call.name is None:
-                    out.append(
-                        str(
-                            jinja.raise_exception(
-                                "Message has tool role, but there was no previous assistant message with a tool call!"
-                            )
-                        )
-                    )
-                out.append(
-                    "<|start|>functions."
-                    + last_tool_call.name
-                    + " to=assistant<|channel|>commentary<|message|>"
-                    + jinja.tojson(message["content"])
-                    + "<|end|>"
+                self.render_assistant(
+                    out,
+                    message,
+                    message_index,
+                    loop_messages,
+                    last_tool_call,
+                    add_generation_prompt,
                 )
+            elif message["role"] == "tool":
+                self.render_tool(out, message, last_tool_call)
             elif message["role"] == "user":
-                out.append("<|start|>user<|message|>" + message["content"] + "<|end|>")
+                self.render_user(out, message)
         out.mark_scaffold()
         # L329: {% if %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
+
+    def render_assistant(
+        self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt
+    ):
+        """The template's assistant branch of the message loop (lines 261-315)."""
+        # L263: {% if %}
+        if "content" in message:
+            # L264: {% if %}
+            if (
+                "<|channel|>analysis<|message|>" in message["content"]
+                or "<|channel|>final<|message|>" in message["content"]
+            ):
+                out.append(
+                    str(
+                        jinja.raise_exception(
+                            "You have passed a message containing <|channel|> tags in the content field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
+                        )
+                    )
+                )
+        # L268: {% if %}
+        if "thinking" in message:
+            # L269: {% if %}
+            if (
+                "<|channel|>analysis<|message|>" in message["thinking"]
+                or "<|channel|>final<|message|>" in message["thinking"]
+            ):
+                out.append(
+                    str(
+                        jinja.raise_exception(
+                            "You have passed a message containing <|channel|> tags in the thinking field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
+                        )
+                    )
+                )
+        # L273: {% if %}
+        if "tool_calls" in message:
+            future_final_message = jinja.Namespace(found=False)
+            # L278: {% for %}
+            for future_message in loop_messages[message_index + 1 :]:
+                # L279: {% if %}
+                if future_message["role"] == "assistant" and "tool_calls" not in future_message:
+                    future_final_message.found = True
+            tool_call = message["tool_calls"][0]
+            # L286: {% if %}
+            if tool_call["function"]:
+                tool_call = tool_call["function"]
+            # L289: {% if %}
+            if message["content"] and message["thinking"]:
+                out.append(
+                    str(
+                        jinja.raise_exception(
+                            "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
+                        )
+                    )
+                )
+            elif message["content"] and not future_final_message.found:
+                out.append(
+                    "<|start|>assistant<|channel|>analysis<|message|>"
+                    + message["content"]
+                    + "<|end|>"
+                )
+            elif message["thinking"] and not future_final_message.found:
+                out.append(
+                    "<|start|>assistant<|channel|>analysis<|message|>"
+                    + message["thinking"]
+                    + "<|end|>"
+                )
+            out.append(
+                "<|start|>assistant to="
+                + "functions."
+                + tool_call["name"]
+                + "<|channel|>commentary "
+                + (
+                    tool_call["content_type"]
+                    if jinja.defined(tool_call["content_type"])
+                    else "json"
+                )
+                + "<|message|>"
+                + jinja.tojson(tool_call["arguments"])
+                + "<|call|>"
+            )
+            last_tool_call.name = tool_call["name"]
+        elif message_index == len(loop_messages) - 1 and not add_generation_prompt:
+            # L305: {% if %}
+            if "thinking" in message:
+                out.append(
+                    "<|start|>assistant<|channel|>analysis<|message|>"
+                    + message["thinking"]
+                    + "<|end|>"
+                )
+            out.append(
+                "<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|return|>"
+            )
+        else:
+            out.append(
+                "<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|end|>"
+            )
+            last_tool_call.name = None
+
+    def render_tool(self, out, message, last_tool_call):
+        """The template's tool branch of the message loop (lines 317-322)."""
+        # L318: {% if %}
+        if last_tool_call.name is None:
+            out.append(
+                str(
+                    jinja.raise_exception(
+                        "Message has tool role, but there was no previous assistant message with a tool call!"
+                    )
+                )
+            )
+        out.append(
+            "<|start|>functions."
+            + last_tool_call.name
+            + " to=assistant<|channel|>commentary<|message|>"
+            + jinja.tojson(message["content"])
+            + "<|end|>"
+        )
+
+    def render_user(self, out, message):
+        """The template's user branch of the message loop (lines 323-324)."""
+        out.append("<|start|>user<|message|>" + message["content"] + "<|end|>")

@@ -74,48 +74,52 @@ class Qwen25Renderer(GeneratedRenderer):
         # L21: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
-            # L22: {% if %}
+            # L22: {% if %} on the message's role
             if (
                 message["role"] == "user" or (message["role"] == "system" and message_index != 0)
             ) or (message["role"] == "assistant" and not message["tool_calls"]):
-                out.append(
-                    "<|im_start|>"
-                    + message["role"]
-                    + "\n"
-                    + message["content"]
-                    + "<|im_end|>"
-                    + "\n"
-                )
+                self.render_user_or_system_or_assistant(out, message)
             elif message["role"] == "assistant":
-                out.append("<|im_start|>" + message["role"])
-                # L26: {% if %}
-                if message["content"]:
-                    out.append("\n" + message["content"])
-                # L29: {% for %}
-                for tool_call in message["tool_calls"]:
-                    # L30: {% if %}
-                    if jinja.defined(tool_call["function"]):
-                        tool_call = tool_call["function"]
-                    out.append(
-                        '\n<tool_call>\n{"name": "'
-                        + str(tool_call["name"])
-                        + '", "arguments": '
-                        + jinja.tojson(tool_call["arguments"])
-                        + "}\n</tool_call>"
-                    )
-                out.append("<|im_end|>\n")
+                self.render_assistant(out, message)
             elif message["role"] == "tool":
-                # L41: {% if %}
-                if message_index == 0 or messages[message_index - 1]["role"] != "tool":
-                    out.append("<|im_start|>user")
-                out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
-                # L47: {% if %}
-                if (
-                    message_index == len(messages) - 1
-                    or messages[message_index + 1]["role"] != "tool"
-                ):
-                    out.append("<|im_end|>\n")
+                self.render_tool(out, message, message_index, messages)
         out.mark_scaffold()
         # L52: {% if %}
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
+
+    def render_user_or_system_or_assistant(self, out, message):
+        """The template's user / system / assistant branch of the message loop (lines 22-23)."""
+        out.append(
+            "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>" + "\n"
+        )
+
+    def render_assistant(self, out, message):
+        """The template's assistant branch of the message loop (lines 24-39)."""
+        out.append("<|im_start|>" + message["role"])
+        # L26: {% if %}
+        if message["content"]:
+            out.append("\n" + message["content"])
+        # L29: {% for %}
+        for tool_call in message["tool_calls"]:
+            # L30: {% if %}
+            if jinja.defined(tool_call["function"]):
+                tool_call = tool_call["function"]
+            out.append(
+                '\n<tool_call>\n{"name": "'
+                + str(tool_call["name"])
+                + '", "arguments": '
+                + jinja.tojson(tool_call["arguments"])
+                + "}\n</tool_call>"
+            )
+        out.append("<|im_end|>\n")
+
+    def render_tool(self, out, message, message_index, messages):
+        """The template's tool branch of the message loop (lines 40-48)."""
+        # L41: {% if %}
+        if message_index == 0 or messages[message_index - 1]["role"] != "tool":
+            out.append("<|im_start|>user")
+        out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
+        # L47: {% if %}
+        if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
+            out.append("<|im_end|>\n")

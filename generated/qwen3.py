@@ -88,85 +88,13 @@ class Qwen3Renderer(GeneratedRenderer):
         # L25: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
-            # L26: {% if %}
+            # L26: {% if %} on the message's role
             if message["role"] == "user" or (message["role"] == "system" and message_index != 0):
-                out.append(
-                    "<|im_start|>"
-                    + message["role"]
-                    + "\n"
-                    + message["content"]
-                    + "<|im_end|>"
-                    + "\n"
-                )
+                self.render_user_or_system(out, message)
             elif message["role"] == "assistant":
-                content = message["content"]
-                reasoning_content = ""
-                # L31: {% if %}
-                if (
-                    jinja.defined(message["reasoning_content"])
-                    and message["reasoning_content"] is not None
-                ):
-                    reasoning_content = message["reasoning_content"]
-                else:
-                    # L34: {% if %}
-                    if "</think>" in message["content"]:
-                        content = message["content"].split("</think>")[-1].lstrip("\n")
-                        reasoning_content = (
-                            message["content"]
-                            .split("</think>")[0]
-                            .rstrip("\n")
-                            .split("<think>")[-1]
-                            .lstrip("\n")
-                        )
-                # L39: {% if %}
-                if message_index > ns.last_query_index:
-                    # L40: {% if %}
-                    if message_index == len(messages) - 1 or (
-                        message_index != len(messages) - 1 and reasoning_content
-                    ):
-                        out.append(
-                            "<|im_start|>"
-                            + message["role"]
-                            + "\n<think>\n"
-                            + reasoning_content.strip("\n")
-                            + "\n</think>\n\n"
-                            + content.lstrip("\n")
-                        )
-                    else:
-                        out.append("<|im_start|>" + message["role"] + "\n" + content)
-                else:
-                    out.append("<|im_start|>" + message["role"] + "\n" + content)
-                # L48: {% if %}
-                if message["tool_calls"]:
-                    # L49: {% for %}
-                    for tool_call_index, tool_call in enumerate(message["tool_calls"]):
-                        # L50: {% if %}
-                        if (tool_call_index == 0 and content) or tool_call_index != 0:
-                            out.append("\n")
-                        # L53: {% if %}
-                        if tool_call["function"]:
-                            tool_call = tool_call["function"]
-                        out.append(
-                            '<tool_call>\n{"name": "' + str(tool_call["name"]) + '", "arguments": '
-                        )
-                        # L59: {% if %}
-                        if isinstance(tool_call["arguments"], str):
-                            out.append(str(tool_call["arguments"]))
-                        else:
-                            out.append(jinja.tojson(tool_call["arguments"]))
-                        out.append("}\n</tool_call>")
-                out.append("<|im_end|>\n")
+                self.render_assistant(out, message, message_index, ns, messages)
             elif message["role"] == "tool":
-                # L69: {% if %}
-                if message_index == 0 or messages[message_index - 1]["role"] != "tool":
-                    out.append("<|im_start|>user")
-                out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
-                # L75: {% if %}
-                if (
-                    message_index == len(messages) - 1
-                    or messages[message_index + 1]["role"] != "tool"
-                ):
-                    out.append("<|im_end|>\n")
+                self.render_tool(out, message, message_index, messages)
         out.mark_scaffold()
         # L80: {% if %}
         if add_generation_prompt:
@@ -174,3 +102,74 @@ class Qwen3Renderer(GeneratedRenderer):
             # L82: {% if %}
             if jinja.defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
+
+    def render_user_or_system(self, out, message):
+        """The template's user / system branch of the message loop (lines 26-27)."""
+        out.append(
+            "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>" + "\n"
+        )
+
+    def render_assistant(self, out, message, message_index, ns, messages):
+        """The template's assistant branch of the message loop (lines 28-67)."""
+        content = message["content"]
+        reasoning_content = ""
+        # L31: {% if %}
+        if jinja.defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
+            reasoning_content = message["reasoning_content"]
+        else:
+            # L34: {% if %}
+            if "</think>" in message["content"]:
+                content = message["content"].split("</think>")[-1].lstrip("\n")
+                reasoning_content = (
+                    message["content"]
+                    .split("</think>")[0]
+                    .rstrip("\n")
+                    .split("<think>")[-1]
+                    .lstrip("\n")
+                )
+        # L39: {% if %}
+        if message_index > ns.last_query_index:
+            # L40: {% if %}
+            if message_index == len(messages) - 1 or (
+                message_index != len(messages) - 1 and reasoning_content
+            ):
+                out.append(
+                    "<|im_start|>"
+                    + message["role"]
+                    + "\n<think>\n"
+                    + reasoning_content.strip("\n")
+                    + "\n</think>\n\n"
+                    + content.lstrip("\n")
+                )
+            else:
+                out.append("<|im_start|>" + message["role"] + "\n" + content)
+        else:
+            out.append("<|im_start|>" + message["role"] + "\n" + content)
+        # L48: {% if %}
+        if message["tool_calls"]:
+            # L49: {% for %}
+            for tool_call_index, tool_call in enumerate(message["tool_calls"]):
+                # L50: {% if %}
+                if (tool_call_index == 0 and content) or tool_call_index != 0:
+                    out.append("\n")
+                # L53: {% if %}
+                if tool_call["function"]:
+                    tool_call = tool_call["function"]
+                out.append('<tool_call>\n{"name": "' + str(tool_call["name"]) + '", "arguments": ')
+                # L59: {% if %}
+                if isinstance(tool_call["arguments"], str):
+                    out.append(str(tool_call["arguments"]))
+                else:
+                    out.append(jinja.tojson(tool_call["arguments"]))
+                out.append("}\n</tool_call>")
+        out.append("<|im_end|>\n")
+
+    def render_tool(self, out, message, message_index, messages):
+        """The template's tool branch of the message loop (lines 68-76)."""
+        # L69: {% if %}
+        if message_index == 0 or messages[message_index - 1]["role"] != "tool":
+            out.append("<|im_start|>user")
+        out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
+        # L75: {% if %}
+        if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
+            out.append("<|im_end|>\n")

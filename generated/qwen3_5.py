@@ -159,112 +159,15 @@ class Qwen35Renderer(GeneratedRenderer):
         for message_index, message in enumerate(messages):
             out.mark_message(message)
             content_4 = jinja.trim(macro_render_content(message["content"], True))
-            # L83: {% if %}
+            # L83: {% if %} on the message's role
             if message["role"] == "system":
-                # L84: {% if %}
-                if message_index != 0:
-                    out.append(
-                        str(jinja.raise_exception("System message must be at the beginning."))
-                    )
+                self.render_system(out, message_index)
             elif message["role"] == "user":
-                out.append(
-                    "<|im_start|>" + message["role"] + "\n" + content_4 + "<|im_end|>" + "\n"
-                )
+                self.render_user(out, message, content_4)
             elif message["role"] == "assistant":
-                reasoning_content = ""
-                # L91: {% if %}
-                if isinstance(message["reasoning_content"], str):
-                    reasoning_content = message["reasoning_content"]
-                else:
-                    # L94: {% if %}
-                    if "</think>" in content_4:
-                        reasoning_content = (
-                            content_4.split("</think>")[0]
-                            .rstrip("\n")
-                            .split("<think>")[-1]
-                            .lstrip("\n")
-                        )
-                        content_4 = content_4.split("</think>")[-1].lstrip("\n")
-                reasoning_content = jinja.trim(reasoning_content)
-                # L100: {% if %}
-                if message_index > ns.last_query_index:
-                    out.append(
-                        "<|im_start|>"
-                        + message["role"]
-                        + "\n<think>\n"
-                        + reasoning_content
-                        + "\n</think>\n\n"
-                        + content_4
-                    )
-                else:
-                    out.append("<|im_start|>" + message["role"] + "\n" + content_4)
-                # L105: {% if %}
-                if (
-                    message["tool_calls"]
-                    and jinja.is_iterable(message["tool_calls"])
-                    and not isinstance(message["tool_calls"], dict)
-                ):
-                    # L106: {% for %}
-                    for tool_call_index, tool_call in enumerate(message["tool_calls"]):
-                        # L107: {% if %}
-                        if jinja.defined(tool_call["function"]):
-                            tool_call = tool_call["function"]
-                        # L110: {% if %}
-                        if tool_call_index == 0:
-                            # L111: {% if %}
-                            if jinja.trim(content_4):
-                                out.append(
-                                    "\n\n<tool_call>\n<function=" + tool_call["name"] + ">\n"
-                                )
-                            else:
-                                out.append("<tool_call>\n<function=" + tool_call["name"] + ">\n")
-                        else:
-                            out.append("\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
-                        # L119: {% if %}
-                        if jinja.defined(tool_call["arguments"]):
-                            # L120: {% for %}
-                            for args_name, args_value in jinja.items(tool_call["arguments"]):
-                                out.append("<parameter=" + args_name + ">\n")
-                                args_value = (
-                                    jinja.mark_safe(jinja.tojson(args_value))
-                                    if isinstance(args_value, dict)
-                                    or (
-                                        jinja.is_sequence(args_value)
-                                        and not isinstance(args_value, str)
-                                    )
-                                    else jinja.soft_str(args_value)
-                                )
-                                out.append(str(args_value) + "\n</parameter>\n")
-                        out.append("</function>\n</tool_call>")
-                out.append("<|im_end|>\n")
+                self.render_assistant(out, message, message_index, content_4, ns)
             elif message["role"] == "tool":
-                # L132: {% if %}
-                if (
-                    messages[message_index - 1]
-                    if message_index > 0
-                    else jinja.Undefined("previtem")
-                ) and (
-                    messages[message_index - 1]
-                    if message_index > 0
-                    else jinja.Undefined("previtem")
-                )[
-                    "role"
-                ] != "tool":
-                    out.append("<|im_start|>user")
-                out.append("\n<tool_response>\n" + str(content_4) + "\n</tool_response>")
-                # L138: {% if %}
-                if (
-                    message_index != len(messages) - 1
-                    and (
-                        messages[message_index + 1]
-                        if message_index + 1 < len(messages)
-                        else jinja.Undefined("nextitem")
-                    )["role"]
-                    != "tool"
-                ):
-                    out.append("<|im_end|>\n")
-                elif message_index == len(messages) - 1:
-                    out.append("<|im_end|>\n")
+                self.render_tool(out, message_index, messages, content_4)
             else:
                 out.append(str(jinja.raise_exception("Unexpected message role.")))
         out.mark_scaffold()
@@ -276,3 +179,96 @@ class Qwen35Renderer(GeneratedRenderer):
                 out.append("<think>\n\n</think>\n\n")
             else:
                 out.append("<think>\n")
+
+    def render_system(self, out, message_index):
+        """The template's system branch of the message loop (lines 83-85)."""
+        # L84: {% if %}
+        if message_index != 0:
+            out.append(str(jinja.raise_exception("System message must be at the beginning.")))
+
+    def render_user(self, out, message, content_4):
+        """The template's user branch of the message loop (lines 87-88)."""
+        out.append("<|im_start|>" + message["role"] + "\n" + content_4 + "<|im_end|>" + "\n")
+
+    def render_assistant(self, out, message, message_index, content_4, ns):
+        """The template's assistant branch of the message loop (lines 89-130)."""
+        reasoning_content = ""
+        # L91: {% if %}
+        if isinstance(message["reasoning_content"], str):
+            reasoning_content = message["reasoning_content"]
+        else:
+            # L94: {% if %}
+            if "</think>" in content_4:
+                reasoning_content = (
+                    content_4.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                )
+                content_4 = content_4.split("</think>")[-1].lstrip("\n")
+        reasoning_content = jinja.trim(reasoning_content)
+        # L100: {% if %}
+        if message_index > ns.last_query_index:
+            out.append(
+                "<|im_start|>"
+                + message["role"]
+                + "\n<think>\n"
+                + reasoning_content
+                + "\n</think>\n\n"
+                + content_4
+            )
+        else:
+            out.append("<|im_start|>" + message["role"] + "\n" + content_4)
+        # L105: {% if %}
+        if (
+            message["tool_calls"]
+            and jinja.is_iterable(message["tool_calls"])
+            and not isinstance(message["tool_calls"], dict)
+        ):
+            # L106: {% for %}
+            for tool_call_index, tool_call in enumerate(message["tool_calls"]):
+                # L107: {% if %}
+                if jinja.defined(tool_call["function"]):
+                    tool_call = tool_call["function"]
+                # L110: {% if %}
+                if tool_call_index == 0:
+                    # L111: {% if %}
+                    if jinja.trim(content_4):
+                        out.append("\n\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                    else:
+                        out.append("<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                else:
+                    out.append("\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                # L119: {% if %}
+                if jinja.defined(tool_call["arguments"]):
+                    # L120: {% for %}
+                    for args_name, args_value in jinja.items(tool_call["arguments"]):
+                        out.append("<parameter=" + args_name + ">\n")
+                        args_value = (
+                            jinja.mark_safe(jinja.tojson(args_value))
+                            if isinstance(args_value, dict)
+                            or (jinja.is_sequence(args_value) and not isinstance(args_value, str))
+                            else jinja.soft_str(args_value)
+                        )
+                        out.append(str(args_value) + "\n</parameter>\n")
+                out.append("</function>\n</tool_call>")
+        out.append("<|im_end|>\n")
+
+    def render_tool(self, out, message_index, messages, content_4):
+        """The template's tool branch of the message loop (lines 131-141)."""
+        # L132: {% if %}
+        if (messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")) and (
+            messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
+        )["role"] != "tool":
+            out.append("<|im_start|>user")
+        out.append("\n<tool_response>\n" + str(content_4) + "\n</tool_response>")
+        # L138: {% if %}
+        if (
+            message_index != len(messages) - 1
+            and (
+                messages[message_index + 1]
+                if message_index + 1 < len(messages)
+                else jinja.Undefined("nextitem")
+            )["role"]
+            != "tool"
+        ):
+            out.append("<|im_end|>\n")
+        elif message_index == len(messages) - 1:
+            out.append("<|im_end|>\n")

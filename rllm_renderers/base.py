@@ -199,19 +199,17 @@ class GeneratedRenderer:
         spans = out.message_spans()
         sampled_ranges = self._sampled_ranges(text, spans, messages)
         content_ranges = self._content_ranges(text, spans, messages)
-        message_indices, sampled_mask, is_content = [], [], []
+        message_indices = []
         span = 0
         for offset in offsets:
             while span + 1 < len(spans) and spans[span + 1][0] <= offset:
                 span += 1
             message_indices.append(spans[span][1])
-            sampled_mask.append(any(start <= offset < end for start, end in sampled_ranges))
-            is_content.append(any(start <= offset < end for start, end in content_ranges))
         return RenderedTokens(
             token_ids=token_ids,
             message_indices=message_indices,
-            sampled_mask=sampled_mask,
-            is_content=is_content,
+            sampled_mask=inside_ranges(offsets, sampled_ranges),
+            is_content=inside_ranges(offsets, content_ranges),
             message_roles=[message.get("role", "") for message in messages],
             message_tool_names=tool_names(messages),
         )
@@ -329,6 +327,23 @@ class GeneratedRenderer:
         """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
         generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
         return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
+
+
+def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:
+    """Per offset (ascending), whether it falls in one of the half-open character ranges."""
+    starts, ends = [], []
+    for start, end in sorted(ranges):
+        if ends and start <= ends[-1]:
+            ends[-1] = max(ends[-1], end)  # merge overlapping ranges
+        else:
+            starts.append(start)
+            ends.append(end)
+    flags, current = [], 0
+    for offset in offsets:
+        while current < len(ends) and ends[current] <= offset:
+            current += 1
+        flags.append(current < len(starts) and starts[current] <= offset)
+    return flags
 
 
 def tool_names(messages: list[Message]) -> list[str | None]:
