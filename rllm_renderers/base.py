@@ -16,6 +16,7 @@ from .bridge import RETENTION_POLICIES, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
 from .parsing import parse_text, to_parsed_response
+from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -344,19 +345,3 @@ def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[boo
             current += 1
         flags.append(current < len(starts) and starts[current] <= offset)
     return flags
-
-
-def tool_names(messages: list[Message]) -> list[str | None]:
-    """Per message, the function name of a tool result (from ``name`` or its call id), else None."""
-    names_by_id: dict[str, str] = {}
-    result: list[str | None] = []
-    for message in messages:
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {}) if isinstance(call, dict) else {}
-            if isinstance(call, dict) and call.get("id") and isinstance(function, dict) and function.get("name"):
-                names_by_id[call["id"]] = function["name"]
-        if message.get("role") == "tool":
-            result.append(message.get("name") or names_by_id.get(message.get("tool_call_id", "")))
-        else:
-            result.append(None)
-    return result

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .turns import cut_at_stop, tool_names
 from .types import Message, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,11 +37,8 @@ RETENTION_POLICIES = ("template", "verbatim")
 
 def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int]:
     """The completion cut right after its first stop token, or with the template's close appended."""
-    stop_ids = set(renderer.get_stop_token_ids())
-    for index, token in enumerate(completion_ids):
-        if token in stop_ids:
-            return list(completion_ids[: index + 1])
-    return list(completion_ids) + [renderer.encoder.token_id(renderer.TURN.close)]
+    close_id = renderer.encoder.token_id(renderer.TURN.close)
+    return cut_at_stop(list(completion_ids), renderer.get_stop_token_ids(), close_id)
 
 
 def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
@@ -130,7 +128,7 @@ def bridge_turn(
         sampled_mask=[False] * (len(prefix_ids) + len(suffix_ids)),
         is_content=[],
         message_roles=[message.get("role", "") for message in new_messages],
-        message_tool_names=[message.get("name") if message.get("role") == "tool" else None for message in new_messages],
+        message_tool_names=tool_names(new_messages),
     )
 
 
