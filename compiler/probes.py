@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from rllm_renderers import template_runtime as jinja
 from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
+from rllm_renderers.output import RenderOutput
 
 CONTENT = "cnq7"
 REASONING = "rnq7"
@@ -70,12 +72,30 @@ class Prober:
         self.renderer = renderer
         self.added_tokens = added_tokens
         self.notes: list[str] = []
+        self.raw = False  # render through the raw template (see render_raw)
+        self.stop_tokens: tuple[str, ...] = ()
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+        if self.raw:
+            return self.render_raw(messages, add_generation_prompt)
         try:
             return self.renderer.render_text(messages, add_generation_prompt=add_generation_prompt)
         except ValueError:
             return None
+
+    def render_raw(self, messages: list[dict], add_generation_prompt: bool) -> str | None:
+        """The template on messages as given, None values kept (transformers would drop them).
+
+        Only for learning syntax: DeepSeek-V3's template writes tool calls only for
+        ``content: None``, which transformers 5 never hands it, yet that is what the model emits.
+        """
+        data = jinja.template_data(messages)
+        out = RenderOutput(data)
+        try:
+            self.renderer.render_template(out, data, None, None, add_generation_prompt)
+        except Exception:
+            return None
+        return out.text()
 
     def generation_prompt_context(self) -> str | None:
         return self.render([USER], add_generation_prompt=True)
@@ -122,6 +142,7 @@ class Prober:
                 stops.append(extra)
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
+        self.stop_tokens = tuple(stops)
         return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops))
 
     def tool_call_closes(self) -> list[str]:
@@ -184,6 +205,8 @@ class Prober:
         double = self.tool_completion(
             [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")], content=CONTENT
         )
+        if double is None or SECOND_TOOL not in double:  # maybe only without content (DeepSeek-V3)
+            double = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")])
         if double is not None and SECOND_TOOL not in double:
             double = None  # the template renders only the first call
         if double is None:
@@ -200,6 +223,26 @@ class Prober:
             completion = self.completion({"role": "assistant", "content": body, "tool_calls": calls})
             if completion is not None and FIRST_TOOL in completion:
                 return completion
+        # Fallback: the raw template, with JSON-string arguments (for templates that concatenate them).
+        as_strings = [
+            {**call, "function": {**call["function"], "arguments": json.dumps(call["function"]["arguments"])}}
+            for call in calls
+        ]
+        self.raw = True
+        try:
+            for body in ([content] if content else [None, ""]):
+                for variant in (calls, as_strings):
+                    completion = self.completion({"role": "assistant", "content": body, "tool_calls": variant})
+                    if completion is not None and FIRST_TOOL in completion:
+                        note = (
+                            "tool-call syntax learned from the raw template (under transformers it renders no "
+                            "OpenAI-format tool calls)"
+                        )
+                        if note not in self.notes:
+                            self.notes.append(note)
+                        return completion
+        finally:
+            self.raw = False
         return None
 
     def json_style(self, single: str, double: str | None, rendered_arguments: str) -> ToolCallFormat:
@@ -299,7 +342,8 @@ class Prober:
         return plain[: plain.index(CONTENT)] if CONTENT in plain else ""
 
     def close_candidates(self) -> list[str]:
-        return sorted(self.added_tokens, key=len, reverse=True)
+        """Tokens that may end a turn (learned by turn_format), longest first."""
+        return sorted(self.stop_tokens, key=len, reverse=True)
 
 
 class ProbeError(Exception):

@@ -24,8 +24,9 @@ class DeepseekV3Renderer(GeneratedRenderer):
     Assistant turns end with '<｜end▁of▁sentence｜>' (stop tokens: <｜end▁of▁sentence｜>);
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<｜Assistant｜>'.
+    Tool calls (json): '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' NAME '\n```json\n' ARGUMENTS '\n```<｜tool▁call▁end｜>'.
     Note: the template does not render reasoning_content of the last assistant turn.
-    Note: the template does not render tool calls of OpenAI-format messages.
+    Note: tool-call syntax learned from the raw template (under transformers it renders no OpenAI-format tool calls).
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending system after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
@@ -39,7 +40,13 @@ class DeepseekV3Renderer(GeneratedRenderer):
     TOOL_ARGUMENTS = "either"
     TURN = TurnFormat(close="<｜end▁of▁sentence｜>", stop_tokens=("<｜end▁of▁sentence｜>",))
     REASONING = None
-    TOOL_CALLS = None
+    TOOL_CALLS = ToolCallFormat(
+        style="json",
+        call_start="<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+        name_end="\n```json\n",
+        call_end="\n```<｜tool▁call▁end｜>",
+        block_start="<｜tool▁calls▁begin｜>",
+    )
     PREFIX_STABLE = False
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):

@@ -292,3 +292,25 @@ def test_ten_turn_agentic_rollout_driven_only_through_the_bridge(family):
         ids = bridged.token_ids
         sampled_history = list(ids)
     assert ids == sampled_history
+
+
+def test_deepseek_v3_tool_calls_parse_from_special_token_blocks():
+    """DeepSeek-V3's template renders OpenAI tool calls only with `content: None`, which transformers
+    drops; the syntax is learned from the raw template, so the model's own blocks still parse."""
+    family = next(f for f in FAMILIES if f.module == "deepseek_v3")
+    renderer = family.renderer_class(family.load_tokenizer())
+    calls = [("get_weather", {"city": "Paris", "days": [1, 2]}), ("get_time", {"zone": "CET"})]
+    blocks = "\n".join(
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{json.dumps(arguments)}\n```<｜tool▁call▁end｜>"
+        for name, arguments in calls
+    )
+    completion = renderer.encoder.encode(
+        f"Let me look.<｜tool▁calls▁begin｜>{blocks}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+    )
+    parsed = renderer.parse_response(completion)
+    assert parsed.content == "Let me look."
+    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
+        (name, arguments, "ok") for name, arguments in calls
+    ]
+    truncated = renderer.parse_response(completion[: len(completion) // 2])
+    assert truncated.tool_calls[-1].status != "ok"
