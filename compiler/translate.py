@@ -459,7 +459,7 @@ class Translator:
         for test, body in branches:
             self.write(f"{keyword} {self.expr(test).code}:")
             self.depth += 1
-            roles = roles_in_test(test, loop.target.name)
+            roles = branch_topics(test, loop.target.name)
             if not self.extract_branch(body, roles, loop, rest, test.lineno):
                 self.block(body)
             self.depth -= 1
@@ -478,6 +478,7 @@ class Translator:
         if any(later_reads[name] for name in assigned_names(body)):
             return False  # the branch sets something the rest of the iteration reads
         name = self.fresh_method_name("render_" + "_or_".join(roles))
+        enclosing = self.scope.visible_python_names() | self.bound_locals()  # before the body adds its own
         saved_lines, saved_depth = self.lines, self.depth
         self.lines, self.depth = [], 2
         self.block(body)
@@ -490,7 +491,7 @@ class Translator:
             for name in assigned_names(body)
             if not may_read_before_assignment(body, name)
         }
-        parameters = method_parameters(method_body, (self.scope.visible_python_names() | self.bound_locals()) - own)
+        parameters = method_parameters(method_body, enclosing - own)
         if parameters is not None:
             # the message and its loop index first, then the rest in order of first use
             leading = [self.scope.lookup(loop.target.name), self.loops[-1].index]
@@ -1046,10 +1047,30 @@ def roles_in_test(test: nodes.Node, target: str) -> list[str]:
     return roles
 
 
+def branch_topics(test: nodes.Node, target: str) -> list[str]:
+    """What a branch of the role dispatch handles, for its method name.
+
+    The roles it selects; else ``tool_calls`` when it tests the message's tool calls; else
+    ``other`` when it is the negation of role tests (Llama's "everything but tool messages").
+    """
+    roles = roles_in_test(test, target)
+    if roles:
+        return roles
+    if isinstance(test, nodes.Not) and any(role_accessed(node, target) for node in test.find_all(nodes.Node)):
+        return ["other"]
+    for node in [test, *test.find_all(nodes.Node)]:
+        if isinstance(node, nodes.Const) and node.value == "tool_calls":
+            return ["tool_calls"]
+        if isinstance(node, nodes.Getattr) and node.attr == "tool_calls":
+            return ["tool_calls"]
+    return []
+
+
 def dispatched_roles(node: nodes.If, target: str) -> bool:
     """Whether an ``{% if %}`` chain dispatches on the loop message's role (two branches or more)."""
     tests = [node.test] + [elif_node.test for elif_node in node.elif_]
-    return len(tests) >= 2 and sum(1 for test in tests if roles_in_test(test, target)) >= 2
+    with_roles = sum(1 for test in tests if roles_in_test(test, target))
+    return len(tests) >= 2 and with_roles >= 1 and sum(1 for test in tests if branch_topics(test, target)) >= 2
 
 
 def contains_loop_control_here(body: list[nodes.Node]) -> bool:

@@ -122,69 +122,77 @@ class Llama31Renderer(GeneratedRenderer):
         # L66: {% for %}
         for message in messages:
             out.mark_message(message)
-            # L67: {% if %}
+            # L67: {% if %} on the message's role
             if not (
                 (message["role"] == "ipython" or message["role"] == "tool")
                 or "tool_calls" in message
             ):
-                out.append(
-                    "<|start_header_id|>"
-                    + message["role"]
-                    + "<|end_header_id|>\n\n"
-                    + jinja.trim(message["content"])
-                    + "<|eot_id|>"
-                )
+                self.render_other(out, message)
             elif "tool_calls" in message:
-                # L70: {% if %}
-                if len(message["tool_calls"]) != 1:
-                    out.append(
-                        str(
-                            jinja.raise_exception(
-                                "This model only supports single tool-calls at once!"
-                            )
-                        )
-                    )
-                tool_call = message["tool_calls"][0]["function"]
-                # L74: {% if %}
-                if jinja.defined(builtin_tools) and tool_call["name"] in builtin_tools:
-                    out.append(
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                        + "<|python_tag|>"
-                        + tool_call["name"]
-                        + ".call("
-                    )
-                    # L77: {% for %}
-                    items = list(jinja.items(tool_call["arguments"]))
-                    for index, (arg_name, arg_val) in enumerate(items):
-                        out.append(arg_name + '="' + arg_val + '"')
-                        # L79: {% if %}
-                        if index != len(items) - 1:
-                            out.append(", ")
-                    out.append(")")
-                else:
-                    out.append(
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                        + '{"name": "'
-                        + tool_call["name"]
-                        + '", '
-                        + '"parameters": '
-                        + jinja.tojson(tool_call["arguments"])
-                        + "}"
-                    )
-                # L91: {% if %}
-                if jinja.defined(builtin_tools):
-                    out.append("<|eom_id|>")
-                else:
-                    out.append("<|eot_id|>")
+                self.render_tool_calls(out, message, builtin_tools)
             elif message["role"] == "tool" or message["role"] == "ipython":
-                out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
-                # L99: {% if %}
-                if isinstance(message["content"], dict) or jinja.is_iterable(message["content"]):
-                    out.append(jinja.tojson(message["content"]))
-                else:
-                    out.append(str(message["content"]))
-                out.append("<|eot_id|>")
+                self.render_tool_or_ipython(out, message)
         out.mark_scaffold()
         # L107: {% if %}
         if add_generation_prompt:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+    def render_other(self, out, message):
+        """The template's other branch of the message loop (lines 67-68)."""
+        out.append(
+            "<|start_header_id|>"
+            + message["role"]
+            + "<|end_header_id|>\n\n"
+            + jinja.trim(message["content"])
+            + "<|eot_id|>"
+        )
+
+    def render_tool_calls(self, out, message, builtin_tools):
+        """The template's tool_calls branch of the message loop (lines 69-95)."""
+        # L70: {% if %}
+        if len(message["tool_calls"]) != 1:
+            out.append(
+                str(jinja.raise_exception("This model only supports single tool-calls at once!"))
+            )
+        tool_call = message["tool_calls"][0]["function"]
+        # L74: {% if %}
+        if jinja.defined(builtin_tools) and tool_call["name"] in builtin_tools:
+            out.append(
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                + "<|python_tag|>"
+                + tool_call["name"]
+                + ".call("
+            )
+            # L77: {% for %}
+            items = list(jinja.items(tool_call["arguments"]))
+            for index, (arg_name, arg_val) in enumerate(items):
+                out.append(arg_name + '="' + arg_val + '"')
+                # L79: {% if %}
+                if index != len(items) - 1:
+                    out.append(", ")
+            out.append(")")
+        else:
+            out.append(
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                + '{"name": "'
+                + tool_call["name"]
+                + '", '
+                + '"parameters": '
+                + jinja.tojson(tool_call["arguments"])
+                + "}"
+            )
+        # L91: {% if %}
+        if jinja.defined(builtin_tools):
+            out.append("<|eom_id|>")
+        else:
+            out.append("<|eot_id|>")
+
+    def render_tool_or_ipython(self, out, message):
+        """The template's tool / ipython branch of the message loop (lines 97-104)."""
+        out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
+        # L99: {% if %}
+        if isinstance(message["content"], dict) or jinja.is_iterable(message["content"]):
+            out.append(jinja.tojson(message["content"]))
+        else:
+            out.append(str(message["content"]))
+        out.append("<|eot_id|>")

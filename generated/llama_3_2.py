@@ -118,48 +118,56 @@ class Llama32Renderer(GeneratedRenderer):
         # L67: {% for %}
         for message in messages:
             out.mark_message(message)
-            # L68: {% if %}
+            # L68: {% if %} on the message's role
             if not (
                 (message["role"] == "ipython" or message["role"] == "tool")
                 or "tool_calls" in message
             ):
-                out.append(
-                    "<|start_header_id|>"
-                    + message["role"]
-                    + "<|end_header_id|>\n\n"
-                    + jinja.trim(message["content"])
-                    + "<|eot_id|>"
-                )
+                self.render_other(out, message)
             elif "tool_calls" in message:
-                # L71: {% if %}
-                if len(message["tool_calls"]) != 1:
-                    out.append(
-                        str(
-                            jinja.raise_exception(
-                                "This model only supports single tool-calls at once!"
-                            )
-                        )
-                    )
-                tool_call = message["tool_calls"][0]["function"]
-                out.append(
-                    "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                    + '{"name": "'
-                    + tool_call["name"]
-                    + '", '
-                    + '"parameters": '
-                    + jinja.tojson(tool_call["arguments"])
-                    + "}"
-                    + "<|eot_id|>"
-                )
+                self.render_tool_calls(out, message)
             elif message["role"] == "tool" or message["role"] == "ipython":
-                out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
-                # L83: {% if %}
-                if isinstance(message["content"], dict) or jinja.is_iterable(message["content"]):
-                    out.append(jinja.tojson(message["content"]))
-                else:
-                    out.append(str(message["content"]))
-                out.append("<|eot_id|>")
+                self.render_tool_or_ipython(out, message)
         out.mark_scaffold()
         # L91: {% if %}
         if add_generation_prompt:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+    def render_other(self, out, message):
+        """The template's other branch of the message loop (lines 68-69)."""
+        out.append(
+            "<|start_header_id|>"
+            + message["role"]
+            + "<|end_header_id|>\n\n"
+            + jinja.trim(message["content"])
+            + "<|eot_id|>"
+        )
+
+    def render_tool_calls(self, out, message):
+        """The template's tool_calls branch of the message loop (lines 70-80)."""
+        # L71: {% if %}
+        if len(message["tool_calls"]) != 1:
+            out.append(
+                str(jinja.raise_exception("This model only supports single tool-calls at once!"))
+            )
+        tool_call = message["tool_calls"][0]["function"]
+        out.append(
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            + '{"name": "'
+            + tool_call["name"]
+            + '", '
+            + '"parameters": '
+            + jinja.tojson(tool_call["arguments"])
+            + "}"
+            + "<|eot_id|>"
+        )
+
+    def render_tool_or_ipython(self, out, message):
+        """The template's tool / ipython branch of the message loop (lines 81-88)."""
+        out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
+        # L83: {% if %}
+        if isinstance(message["content"], dict) or jinja.is_iterable(message["content"]):
+            out.append(jinja.tojson(message["content"]))
+        else:
+            out.append(str(message["content"]))
+        out.append("<|eot_id|>")

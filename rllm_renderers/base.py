@@ -22,8 +22,27 @@ from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
+class _PrimeConfigClass:
+    """``config_class`` for prime-rl's custom-renderer loader, built on first access.
+
+    It needs PrimeIntellect's ``renderers`` (the ``prime`` extra); without it the attribute
+    does not exist, so plain use never imports it.
+    """
+
+    def __get__(self, instance: Any, owner: type) -> type:
+        try:
+            from .adapters.prime import config_class_for
+
+            return config_class_for(owner)
+        except ImportError as exc:
+            raise AttributeError(f"config_class needs the 'prime' extra ({exc})") from None
+
+
 class GeneratedRenderer:
     """Shared machinery of compiled renderers; subclasses are generated, not written."""
+
+    #: prime-rl loads a custom renderer as ``cls(tokenizer, cls.config_class(...))``.
+    config_class = _PrimeConfigClass()
 
     #: Model ids whose chat template this class was compiled from.
     MODEL_IDS: ClassVar[tuple[str, ...]] = ()
@@ -48,7 +67,11 @@ class GeneratedRenderer:
     #: Bridge retention policy when none is given (see ``bridge_to_next_turn``).
     DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
 
-    def __init__(self, tokenizer: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any) -> None:
+    def __init__(
+        self, tokenizer: Any = None, config: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any
+    ) -> None:
+        if config is not None:  # a prime-rl config object: its non-None knob fields
+            knobs = {**{k: getattr(config, k) for k in self.KNOBS if getattr(config, k, None) is not None}, **knobs}
         unknown = sorted(set(knobs) - set(self.KNOBS))
         if unknown:
             known = ", ".join(self.KNOBS) or "none"

@@ -397,3 +397,25 @@ def test_prime_rl_loads_generated_renderers_by_import_path():
     assert pickle.loads(pickle.dumps(renderer)).render_ids(CONVERSATION) == renderer.render_ids(CONVERSATION)
     with pytest.raises(Exception, match="no_such_knob"):
         CustomRendererConfig(import_path="rllm_renderers.adapters.prime:Qwen3Renderer", no_such_knob=1)
+
+
+def test_prime_custom_config_loads_a_generated_class_by_its_own_import_path(qwen3_tokenizer_for_custom):
+    renderers = pytest.importorskip("renderers")
+    from renderers.configs import CustomRendererConfig
+
+    from generated.qwen3 import Qwen3Renderer
+
+    config = CustomRendererConfig(import_path="generated.qwen3.Qwen3Renderer", enable_thinking=False)
+    renderer = renderers.create_renderer(qwen3_tokenizer_for_custom, config)
+    assert type(renderer) is Qwen3Renderer
+    messages = [{"role": "user", "content": "hi"}]
+    expected = Qwen3Renderer(qwen3_tokenizer_for_custom, enable_thinking=False).render_ids(messages, add_generation_prompt=True)
+    assert renderer.render_ids(messages, add_generation_prompt=True) == expected
+    assert isinstance(renderer, renderers.Renderer)
+
+
+@pytest.fixture
+def qwen3_tokenizer_for_custom():
+    from tests.families import load_corpus_tokenizer
+
+    return load_corpus_tokenizer("qwen3")

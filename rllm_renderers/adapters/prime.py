@@ -248,51 +248,40 @@ class PrimeAdapter:
 
 # --- generated renderers in prime-rl's custom-renderer shape ------------------------------
 
-_prime_classes: dict[str, type] = {}
+_prime_classes: dict[type, type] = {}
 _prime_classes_lock = threading.Lock()
 
 
-def prime_renderer_class(generated_cls: type) -> type:
-    """``generated_cls`` with a ``config_class`` and a ``(tokenizer, config)`` constructor.
+def config_class_for(generated_cls: type) -> type:
+    """A ``renderers`` config class whose fields are ``generated_cls``'s template knobs (None: unset).
 
-    The config's fields are the template knobs (``None``: unset). The class lives in this
-    module under the generated class's name, so instances pickle by reference.
+    ``GeneratedRenderer.config_class`` returns it, so prime-rl's ``custom`` renderer config can
+    load a generated class by its own import path (``generated.qwen3.Qwen3Renderer``).
     """
     from renderers.configs import BaseRendererConfig
 
     name = generated_cls.__name__
     with _prime_classes_lock:
-        if name in _prime_classes:
-            return _prime_classes[name]
-        knobs = tuple(generated_cls.KNOBS)
-        config_cls = type(
-            f"{name}Config",
-            (BaseRendererConfig,),
-            {
-                "__module__": __name__,
-                "__doc__": f"Template knobs of {generated_cls.__module__}.{name} (None: the template default).",
-                "__annotations__": {knob: Any for knob in knobs},
-                **{knob: None for knob in knobs},
-                "_template_fields": frozenset(knobs),
-                "_internal_fields": frozenset(),
-            },
-        )
+        if generated_cls not in _prime_classes:
+            knobs = tuple(generated_cls.KNOBS)
+            _prime_classes[generated_cls] = type(
+                f"{name}Config",
+                (BaseRendererConfig,),
+                {
+                    "__module__": __name__,
+                    "__doc__": f"Template knobs of {generated_cls.__module__}.{name} (None: the template default).",
+                    "__annotations__": {knob: Any for knob in knobs},
+                    **{knob: None for knob in knobs},
+                    "_template_fields": frozenset(knobs),
+                    "_internal_fields": frozenset(),
+                },
+            )
+        return _prime_classes[generated_cls]
 
-        def __init__(self, tokenizer: Any = None, config: Any = None, **knob_values: Any) -> None:
-            if config is not None:
-                set_knobs = {k: getattr(config, k) for k in knobs if getattr(config, k) is not None}
-                if getattr(config, "thinking_retention", None) is not None:  # the class validates the value
-                    set_knobs["thinking_retention"] = config.thinking_retention
-                knob_values = {**set_knobs, **knob_values}
-            generated_cls.__init__(self, tokenizer, **knob_values)
 
-        cls = type(
-            name,
-            (generated_cls,),
-            {"__module__": __name__, "__qualname__": name, "__init__": __init__, "config_class": config_cls},
-        )
-        _prime_classes[name] = cls
-        return cls
+def prime_renderer_class(generated_cls: type) -> type:
+    """The generated class itself: it has ``config_class`` and a ``(tokenizer, config)`` constructor."""
+    return generated_cls
 
 
 def __getattr__(name: str) -> type:
