@@ -118,6 +118,8 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None 
         lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")
         lines.append(f"    TOOL_CALLS = {dataclass_literal(turn.tool_calls)}")
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
+        # what bridge_to_next_turn does when the template would rewrite the sampled turn
+        lines.append('    DEFAULT_THINKING_RETENTION = "template"')
     lines.append("")
     lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
     lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')

@@ -48,6 +48,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
         block_start="<｜tool▁calls▁begin｜>",
     )
     PREFIX_STABLE = False
+    DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""

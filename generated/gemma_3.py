@@ -39,6 +39,7 @@ class Gemma3Renderer(GeneratedRenderer):
     REASONING = None
     TOOL_CALLS = None
     PREFIX_STABLE = True
+    DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""

@@ -49,6 +49,7 @@ class GptOssRenderer(GeneratedRenderer):
         call_end="",
     )
     PREFIX_STABLE = False
+    DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""

@@ -42,6 +42,7 @@ class Llama32Renderer(GeneratedRenderer):
         style="json", call_start='{"name": "', name_end='", "parameters": ', call_end="}"
     )
     PREFIX_STABLE = True
+    DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""

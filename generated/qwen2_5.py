@@ -43,6 +43,7 @@ class Qwen25Renderer(GeneratedRenderer):
         content_separator="\n",
     )
     PREFIX_STABLE = True
+    DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
