@@ -37,6 +37,14 @@ FAMILIES = [
     Family("qwen3", "Qwen3Renderer", "Qwen/Qwen3-8B", "Qwen__Qwen3-8B.jinja", "qwen3"),
     Family("qwen2_5", "Qwen25Renderer", "Qwen/Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-7B-Instruct.jinja", "qwen25"),
     Family("qwen3_5", "Qwen35Renderer", "Qwen/Qwen3.5-4B", "Qwen__Qwen3.5-4B.jinja", "qwen35"),
+    # the corpus pairs Qwen3-Coder with the Qwen3 tokenizer ("assumed-same-vocab")
+    Family(
+        "qwen3_coder",
+        "Qwen3CoderRenderer",
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+        "Qwen__Qwen3-Coder-30B-A3B-Instruct.jinja",
+        "qwen3",
+    ),
     Family("deepseek_v3", "DeepseekV3Renderer", "deepseek-ai/DeepSeek-V3", "deepseek-ai__DeepSeek-V3.jinja", "dsv3"),
     Family(
         "llama_3_1", "Llama31Renderer", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama__Llama-3.1-8B-Instruct.jinja", "llama31"
