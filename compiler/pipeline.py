@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import TemplateFacts, analyse, knob_candidates, template_sha256
-from .emit import ModuleSpec, class_name_for, emit_module, family_module_name
+from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
+from .ladder import with_ladder
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .probes import ProbeError, ProbeFacts, probe
@@ -23,6 +24,8 @@ from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
+#: The checked-in renderers; a new class may inherit methods from one of them (see compiler.ladder).
+GENERATED_DIR = Path(__file__).resolve().parent.parent / "generated"
 
 
 @dataclass
@@ -75,7 +78,11 @@ STABILITY_CASES = 150
 
 
 def compile_source(
-    source: TemplateSource, *, module: str | None = None, special_tokens: dict[str, str] | None = None
+    source: TemplateSource,
+    *,
+    module: str | None = None,
+    special_tokens: dict[str, str] | None = None,
+    ladder_dir: Path | None = GENERATED_DIR,
 ) -> Compiled:
     """Analyse and emit (no verification, nothing written)."""
     tokenizer = load_tokenizer_for(source)
@@ -101,7 +108,8 @@ def compile_source(
         turn = learn_turn_format(first_pass, facts, tokenizer, features)
     except ProbeError as exc:
         raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
-    return Compiled(source, facts, spec, emit_module(facts, spec, turn), tokenizer, oracle)
+    code = with_ladder(spec.module, emit_module(facts, spec, turn), ladder_dir, BLACK_MODE) if ladder_dir else None
+    return Compiled(source, facts, spec, code or emit_module(facts, spec, turn), tokenizer, oracle)
 
 
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
