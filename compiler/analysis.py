@@ -78,6 +78,26 @@ def compared_roles(ast: nodes.Template) -> tuple[str, ...]:
     return tuple(sorted(roles))
 
 
+UNKNOWN_ROLE_PROBE = [
+    {"role": "user", "content": "Hello."},
+    {"role": "zzq7role", "content": "zzq7content"},
+]
+
+
+def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
+    """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
+    message, else the roles the template compares with. A template that silently drops messages
+    of other roles (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses
+    them with an error naming the role, since a dropped message is never what a caller meant."""
+    from .oracle import OracleRejected
+
+    try:
+        text = oracle.render_text(UNKNOWN_ROLE_PROBE)
+    except OracleRejected:
+        return compared
+    return () if "zzq7content" in text else compared
+
+
 def outputs_role_verbatim(ast: nodes.Template) -> bool:
     """Whether the template prints ``message.role`` itself (then any role renders)."""
     for output in ast.find_all(nodes.Output):
@@ -183,7 +203,7 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], have_toke
     """Everything the emitter needs to know about one template."""
     ast = parse_template(source, name)
     knobs, special = split_free_variables(ast, special_tokens, name, have_tokenizer=have_tokenizer)
-    roles = () if outputs_role_verbatim(ast) else compared_roles(ast)
+    roles = accepted_roles(oracle, compared_roles(ast))
     return TemplateFacts(
         name=name,
         source=source,

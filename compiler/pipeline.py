@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import TemplateFacts, analyse, knob_candidates, template_sha256
+from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
@@ -103,7 +103,7 @@ def compile_source(
         oracle_version=ORACLE_VERSION,
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
-    features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs))
+    features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
     try:
         turn = learn_turn_format(first_pass, facts, tokenizer, features)
     except ProbeError as exc:
@@ -143,6 +143,7 @@ def verify_compiled(renderer_class: type, compiled: Compiled, *, cases: int, see
         cases=cases,
         seed_value=seed,
         knob_candidates=knob_candidates(compiled.facts.ast, compiled.facts.knobs),
+        template_roles=compared_roles(compiled.facts.ast),
     )
 
 

@@ -59,11 +59,17 @@ class VerificationReport:
         return ", ".join(parts)
 
 
-def features_for(renderer_class: type, knob_candidates: dict[str, tuple]) -> ConversationFeatures:
-    """What to draw for this template: its roles, knob values it accepts, its tool-call limits."""
-    roles = tuple(role for role in renderer_class.ROLES if role in DEFAULT_ROLES) or DEFAULT_ROLES
-    if "user" not in roles:
-        roles = roles + ("user",)
+def features_for(
+    renderer_class: type, knob_candidates: dict[str, tuple], template_roles: tuple[str, ...] = ()
+) -> ConversationFeatures:
+    """What to draw for this template: its roles, knob values it accepts, its tool-call limits.
+
+    ``template_roles`` are the roles the template compares with; a template that renders any
+    role (``ROLES == ()``) is still exercised with the ones it names (Gemma-3 names no tool role).
+    """
+    named = renderer_class.ROLES or tuple(template_roles)
+    roles = tuple(role for role in DEFAULT_ROLES if role in named) or DEFAULT_ROLES
+    roles = tuple(dict.fromkeys(roles + ("user", "assistant")))
     arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
     knobs = tuple(
         (knob, accepted_knob_values(renderer_class, knob, knob_candidates.get(knob, (True, False))))
@@ -177,10 +183,11 @@ def verify(
     cases: int = 200,
     seed_value: int = 0,
     knob_candidates: dict[str, tuple] | None = None,
+    template_roles: tuple[str, ...] = (),
 ) -> VerificationReport:
     """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk)."""
     checker = DifferentialChecker(renderer_class, oracle, tokenizer)
-    features = features_for(renderer_class, knob_candidates or {})
+    features = features_for(renderer_class, knob_candidates or {}, template_roles)
     for case in fixed_edge_cases(features):
         failure = checker.check(case)
         if failure is not None:

@@ -33,7 +33,7 @@ class Gemma3Renderer(GeneratedRenderer):
     TEMPLATE_SHA256 = "7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4"
     KNOBS = ()
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
-    ROLES = ("assistant", "system", "user")
+    ROLES = ()
     TOOL_ARGUMENTS = "either"
     TURN = TurnFormat(close="<end_of_turn>", stop_tokens=("<end_of_turn>",))
     REASONING = None

@@ -31,7 +31,7 @@ class Qwen25Renderer(GeneratedRenderer):
     TEMPLATE_SHA256 = "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f"
     KNOBS = ()
     SPECIAL_TOKENS = {}
-    ROLES = ()
+    ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
     REASONING = None

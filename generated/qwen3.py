@@ -33,7 +33,7 @@ class Qwen3Renderer(GeneratedRenderer):
     TEMPLATE_SHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
     KNOBS = ("enable_thinking",)
     SPECIAL_TOKENS = {}
-    ROLES = ()
+    ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "either"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
     REASONING = ReasoningFormat(

@@ -33,7 +33,7 @@ class Qwen35Renderer(GeneratedRenderer):
     TEMPLATE_SHA256 = "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"
     KNOBS = ("add_vision_id", "enable_thinking")
     SPECIAL_TOKENS = {}
-    ROLES = ()
+    ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
     REASONING = ReasoningFormat(

@@ -13,7 +13,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from compiler.analysis import knob_candidates, parse_template
+from compiler.analysis import compared_roles, knob_candidates, parse_template
 from compiler.conversations import Case, conversation_cases
 from compiler.verify import features_for
 from tests.families import FAMILIES, FAMILY_IDS
@@ -64,7 +64,7 @@ def sampled_completion(renderer, history, assistant, tools):
 def cases_for(family):
     renderer_class = family.renderer_class
     ast = parse_template(family.template_source(), family.template_file)
-    return conversation_cases(features_for(renderer_class, knob_candidates(ast, ())))
+    return conversation_cases(features_for(renderer_class, knob_candidates(ast, ()), compared_roles(ast)))
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
