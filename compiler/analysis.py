@@ -98,17 +98,6 @@ def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
     return () if "zzq7content" in text else compared
 
 
-def outputs_role_verbatim(ast: nodes.Template) -> bool:
-    """Whether the template prints ``message.role`` itself (then any role renders)."""
-    for output in ast.find_all(nodes.Output):
-        for node in output.find_all((nodes.Getattr, nodes.Getitem)):
-            if isinstance(node, nodes.Getattr) and node.attr == "role":
-                return True
-            if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "role":
-                return True
-    return False
-
-
 def split_free_variables(
     ast: nodes.Template, special_token_values: dict[str, str], name: str, *, have_tokenizer: bool = True
 ) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -119,7 +108,8 @@ def split_free_variables(
     so a first translation pass tells which ones stay free. Special-token names
     (``bos_token``...) take the tokenizer's values; every other free name is a knob.
     """
-    special = {variable: value for variable, value in special_token_values.items() if variable in free_variables(ast)}
+    free = free_variables(ast)
+    special = {variable: value for variable, value in special_token_values.items() if variable in free}
     first_pass = Translator(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
     first_pass.translate_template(ast)
     knobs = []

@@ -14,6 +14,7 @@ from .pipeline import (
     ensure_importable,
     generate,
     load_generated_file,
+    prepare_source,
     source_drifted,
     verify_compiled,
 )
@@ -110,10 +111,11 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
     if source_drifted(renderer_class, source):
         print(f"{path.name}: DRIFT: the template changed since generation (regenerate it)")
         return False
-    compiled = compile_source(source, module=path.stem, special_tokens=special_tokens_option(args.special_token))
-    report = verify_compiled(renderer_class, compiled, cases=args.cases, seed=args.seed)
+    # the checked-in class is what is verified: analysing the template is enough, no re-emission
+    prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
+    report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
     print(f"{path.name} ({source.model_id}): {report.summary()}")
-    if report.tokens_checked == 0 and compiled.tokenizer is None:
+    if report.tokens_checked == 0 and prepared.tokenizer is None:
         print("  (no tokenizer: text-level only)")
     if not report.ok:
         print(report.failure.report())

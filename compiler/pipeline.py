@@ -29,13 +29,21 @@ GENERATED_DIR = Path(__file__).resolve().parent.parent / "generated"
 
 
 @dataclass
-class Compiled:
+class Prepared:
+    """A template analysed, with its tokenizer and oracle: what verification needs."""
+
     source: TemplateSource
     facts: TemplateFacts
-    spec: ModuleSpec
-    code: str
     tokenizer: Any
     oracle: TemplateOracle
+
+
+@dataclass
+class Compiled(Prepared):
+    """A prepared template with its emitted module."""
+
+    spec: ModuleSpec
+    code: str
 
 
 def load_tokenizer_for(source: TemplateSource) -> Any:
@@ -68,13 +76,31 @@ def added_token_strings(tokenizer: Any, facts: TemplateFacts) -> frozenset[str]:
 def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
     renderer = renderer_class(tokenizer)
-    eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else compiled_facts.special_tokens.get("eos_token")
+    eos = (
+        getattr(tokenizer, "eos_token", None)
+        if tokenizer is not None
+        else compiled_facts.special_tokens.get("eos_token")
+    )
     facts = probe(renderer, added_token_strings(tokenizer, compiled_facts), eos)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(facts, prefix_stable=stable, prefix_counterexample=counterexample)
 
 
 STABILITY_CASES = 150
+
+
+def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
+    """Load the tokenizer, build the oracle and analyse the template (no emission)."""
+    tokenizer = load_tokenizer_for(source)
+    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
+    facts = analyse(
+        source.source,
+        source.display_name,
+        special_tokens=oracle.special_tokens,
+        have_tokenizer=tokenizer is not None,
+        oracle=oracle,
+    )
+    return Prepared(source, facts, tokenizer, oracle)
 
 
 def compile_source(
@@ -85,15 +111,8 @@ def compile_source(
     ladder_dir: Path | None = GENERATED_DIR,
 ) -> Compiled:
     """Analyse and emit (no verification, nothing written)."""
-    tokenizer = load_tokenizer_for(source)
-    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
-    facts = analyse(
-        source.source,
-        source.display_name,
-        special_tokens=oracle.special_tokens,
-        have_tokenizer=tokenizer is not None,
-        oracle=oracle,
-    )
+    prepared = prepare_source(source, special_tokens=special_tokens)
+    facts, tokenizer = prepared.facts, prepared.tokenizer
     module_name = module or family_module_name(source.model_id)
     spec = ModuleSpec(
         module=module_name,
@@ -108,8 +127,10 @@ def compile_source(
         turn = learn_turn_format(first_pass, facts, tokenizer, features)
     except ProbeError as exc:
         raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
-    code = with_ladder(spec.module, emit_module(facts, spec, turn), ladder_dir, BLACK_MODE) if ladder_dir else None
-    return Compiled(source, facts, spec, code or emit_module(facts, spec, turn), tokenizer, oracle)
+    code = emit_module(facts, spec, turn)
+    if ladder_dir is not None:
+        code = with_ladder(spec.module, code, ladder_dir, BLACK_MODE)
+    return Compiled(source, facts, tokenizer, prepared.oracle, spec, code)
 
 
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
@@ -135,15 +156,15 @@ def load_generated_file(path: Path) -> type:
     return classes[0]
 
 
-def verify_compiled(renderer_class: type, compiled: Compiled, *, cases: int, seed: int) -> VerificationReport:
+def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, seed: int) -> VerificationReport:
     return verify(
         renderer_class,
-        compiled.oracle,
-        tokenizer=compiled.tokenizer,
+        prepared.oracle,
+        tokenizer=prepared.tokenizer,
         cases=cases,
         seed_value=seed,
-        knob_candidates=knob_candidates(compiled.facts.ast, compiled.facts.knobs),
-        template_roles=compared_roles(compiled.facts.ast),
+        knob_candidates=knob_candidates(prepared.facts.ast, prepared.facts.knobs),
+        template_roles=compared_roles(prepared.facts.ast),
     )
 
 

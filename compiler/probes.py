@@ -170,14 +170,21 @@ class Prober:
         open_marker, after_open = split_trailing_space(before)
         if not open_marker.strip():
             # the generation prompt already opened the reasoning block (a prefilled <think>)
-            open_marker, after_open = split_trailing_space(prompt[len(common_prefix(prompt, self.render([USER]) or "")) :])
+            open_marker, after_open = split_trailing_space(
+                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :]
+            )
             open_marker = last_marker(open_marker, self.added_tokens)
         before_close, close_and_after = split_leading_space(between)
         # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
         # text a plain answer carries before its content.
         plain = self.completion({"role": "assistant", "content": CONTENT}) or ""
         content_start = plain[: plain.index(CONTENT)] if CONTENT in plain else ""
-        if content_start and close_and_after.endswith(content_start) and content_start.strip() and open_marker not in content_start:
+        if (
+            content_start
+            and close_and_after.endswith(content_start)
+            and content_start.strip()
+            and open_marker not in content_start
+        ):
             close_marker_and_space = close_and_after[: -len(content_start)]
         else:
             content_start = ""
@@ -196,7 +203,7 @@ class Prober:
 
     # --- tool calls -----------------------------------------------------------------
 
-    def tool_call_format(self, reasoning: ReasoningFormat | None) -> ToolCallFormat | None:
+    def tool_call_format(self) -> ToolCallFormat | None:
         arguments = {KEY_A: VALUE_A, KEY_B: VALUE_B}
         single = self.tool_completion([tool_call(FIRST_TOOL, arguments, "c1")])
         if single is None or FIRST_TOOL not in single:
@@ -206,7 +213,9 @@ class Prober:
             [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")], content=CONTENT
         )
         if double is None or SECOND_TOOL not in double:  # maybe only without content (DeepSeek-V3)
-            double = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")])
+            double = self.tool_completion(
+                [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")]
+            )
         if double is not None and SECOND_TOOL not in double:
             double = None  # the template renders only the first call
         if double is None:
@@ -256,16 +265,10 @@ class Prober:
             if first_arguments is not None:
                 at = double.index(first_arguments, double.index(FIRST_TOOL))
                 after_first_in_double = double[at + len(first_arguments) :]
-        call_start, call_end, block_start, separator = self.call_boundaries(
-            single[:name_at], after_single, double, after_first_in_double
-        )
         return ToolCallFormat(
             style="json",
-            call_start=call_start,
             name_end=name_end,
-            call_end=call_end,
-            block_start=block_start,
-            content_separator=separator,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
     def xml_style(self, single: str, double: str | None) -> ToolCallFormat:
@@ -294,25 +297,19 @@ class Prober:
             at = double.index(VALUE_A, double.index(FIRST_TOOL)) + len(VALUE_A)
             if double[at:].startswith(parameter_end):
                 after_first_in_double = double[at + len(parameter_end) :]
-        call_start, call_end, block_start, separator = self.call_boundaries(
-            single[:name_at], after_single, double, after_first_in_double
-        )
         return ToolCallFormat(
             style="xml",
-            call_start=call_start,
             name_end=name_end,
-            call_end=call_end,
             parameter_start=parameter_start,
             parameter_value=parameter_value,
             parameter_end=parameter_end,
-            block_start=block_start,
-            content_separator=separator,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
     def call_boundaries(
         self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
-    ) -> tuple[str, str, str, str]:
-        """Split the text around a call into (call_start, call_end, block_start, content separator).
+    ) -> dict[str, str]:
+        """Split the text around a call into call_start, call_end, block_start and content_separator.
 
         ``before_name`` is everything the single-call turn has before the name; the
         part a plain answer also has (an empty think block...) is scaffolding, the rest
@@ -325,7 +322,7 @@ class Prober:
         if after_first_in_double is not None:
             call_end = common_prefix(call_end, after_first_in_double)
         if double is None:
-            return block_and_start, call_end, "", ""
+            return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
@@ -334,7 +331,12 @@ class Prober:
             lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
             if lead_text.endswith(block_and_start):
                 separator = lead_text[: len(lead_text) - len(block_and_start)]
-        return call_start, call_end, block_start, separator
+        return {
+            "call_start": call_start,
+            "call_end": call_end,
+            "block_start": block_start,
+            "content_separator": separator,
+        }
 
     def plain_lead(self) -> str:
         """What a plain answer has before its content (an empty think block, a channel header)."""
@@ -354,7 +356,7 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
     prober = Prober(renderer, added_tokens)
     turn = prober.turn_format(eos_token)
     reasoning = prober.reasoning_format()
-    tools = prober.tool_call_format(reasoning)
+    tools = prober.tool_call_format()
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
     return ProbeFacts(

@@ -9,6 +9,7 @@ handling, token ids with per-token message attribution.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from . import template_runtime as jinja
@@ -38,7 +39,7 @@ class _PrimeConfigClass:
             raise AttributeError(f"config_class needs the 'prime' extra ({exc})") from None
 
 
-class GeneratedRenderer:
+class GeneratedRenderer(ABC):
     """Shared machinery of compiled renderers; subclasses are generated, not written."""
 
     #: prime-rl loads a custom renderer as ``cls(tokenizer, cls.config_class(...))``.
@@ -85,7 +86,9 @@ class GeneratedRenderer:
         self.thinking_retention = retention
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
-        self.knobs = {name: jinja.template_data(knobs[name]) if name in knobs else jinja.Undefined(name) for name in self.KNOBS}
+        self.knobs = {
+            name: jinja.template_data(knobs[name]) if name in knobs else jinja.Undefined(name) for name in self.KNOBS
+        }
         if tokenizer is not None:
             self._check_special_tokens(tokenizer)
         self._encoder = None
@@ -133,7 +136,10 @@ class GeneratedRenderer:
                     + ", ".join(self.ROLES)
                 )
             if message.get("tool_calls"):
-                message = {**message, "tool_calls": [self._normalize_tool_call(call, index) for call in message["tool_calls"]]}
+                message = {
+                    **message,
+                    "tool_calls": [self._normalize_tool_call(call, index) for call in message["tool_calls"]],
+                }
             normalized.append(message)
         return normalized
 
@@ -173,8 +179,11 @@ class GeneratedRenderer:
 
     # --- rendering ------------------------------------------------------------------
 
-    def render_template(self, out: RenderOutput, messages: Any, tools: Any, documents: Any, add_generation_prompt: bool) -> None:
-        raise NotImplementedError("generated subclasses implement render_template")
+    @abstractmethod
+    def render_template(
+        self, out: RenderOutput, messages: Any, tools: Any, documents: Any, add_generation_prompt: bool
+    ) -> None:
+        """The translated template (each generated subclass defines it)."""
 
     def _render_output(
         self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
@@ -221,8 +230,9 @@ class GeneratedRenderer:
         text = out.text()
         token_ids, offsets = self.encoder.encode_with_offsets(text)
         spans = out.message_spans()
-        sampled_ranges = self._sampled_ranges(text, spans, messages)
-        content_ranges = self._content_ranges(text, spans, messages)
+        message_ranges = self._message_ranges(text, spans)
+        sampled_ranges = self._sampled_ranges(text, message_ranges, messages)
+        content_ranges = sampled_ranges + self._body_ranges(text, message_ranges, messages)
         message_indices = []
         span = 0
         for offset in offsets:
@@ -246,11 +256,11 @@ class GeneratedRenderer:
                 ranges[index] = (start, end)
         return ranges
 
-    def _sampled_ranges(self, text: str, spans, messages: list[Message]) -> list[tuple[int, int]]:
+    def _sampled_ranges(self, text: str, message_ranges, messages: list[Message]) -> list[tuple[int, int]]:
         """Per assistant message: from the end of its header (the generation prompt) through its close."""
         prompt = self.generation_prompt()
         ranges = []
-        for index, (start, end) in self._message_ranges(text, spans).items():
+        for index, (start, end) in message_ranges.items():
             if messages[index].get("role") != "assistant":
                 continue
             body = text[start:end]
@@ -261,10 +271,10 @@ class GeneratedRenderer:
             ranges.append((start + header, close_end))
         return ranges
 
-    def _content_ranges(self, text: str, spans, messages: list[Message]) -> list[tuple[int, int]]:
-        """Where each message's own text (content, reasoning, tool arguments) landed in its span."""
-        ranges = list(self._sampled_ranges(text, spans, messages))
-        for index, (start, end) in self._message_ranges(text, spans).items():
+    def _body_ranges(self, text: str, message_ranges, messages: list[Message]) -> list[tuple[int, int]]:
+        """Where each non-assistant message's content landed in its span (assistants: the sampled range)."""
+        ranges = []
+        for index, (start, end) in message_ranges.items():
             content = messages[index].get("content")
             if messages[index].get("role") != "assistant" and isinstance(content, str) and content:
                 at = text.find(content, start, end)
@@ -324,7 +334,9 @@ class GeneratedRenderer:
         if reasoning is None or not reasoning.open:
             return False
         at = prompt_tail.rfind(reasoning.open)
-        return at >= 0 and reasoning.close not in prompt_tail[at:] and not prompt_tail[at + len(reasoning.open) :].strip()
+        return (
+            at >= 0 and reasoning.close not in prompt_tail[at:] and not prompt_tail[at + len(reasoning.open) :].strip()
+        )
 
     def _token_span(self, ids: list[int], start: int, stop: int) -> tuple[int, int]:
         return (self._token_at(ids, start), self._token_at(ids, stop))

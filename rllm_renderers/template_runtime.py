@@ -362,9 +362,7 @@ def tojson(
 ) -> str:
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept."""
     try:
-        return json.dumps(
-            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-        )
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     except TypeError as exc:
         raise TemplateError(str(exc)) from exc
 
@@ -541,34 +539,39 @@ _TESTS = {
 }
 
 
+def _select_or_reject(value: Any, keep: bool, test: str | None, args: tuple, getter=None) -> list:
+    """Jinja's ``select_or_reject``: items whose test (or truthiness) is ``keep``.
+
+    Jinja checks the value's truthiness first, so a falsy non-iterable selects nothing.
+    """
+    if not value:
+        return []
+    result = []
+    for item in value:
+        subject = getter(item) if getter else item
+        if bool(_run_test(test, subject, *args) if test else subject) is keep:
+            result.append(item)
+    return result
+
+
 def select_attr(value: Iterable, attribute: str, test: str | None = None, *args: Any) -> list:
     """``value | selectattr(attribute[, test, ...])``."""
-    if not value:  # Jinja checks truthiness first: a falsy non-iterable selects nothing
-        return []
-    getter = _attribute_getter(attribute)
-    return [item for item in value if (_run_test(test, getter(item), *args) if test else getter(item))]
+    return _select_or_reject(value, True, test, args, _attribute_getter(attribute))
 
 
 def reject_attr(value: Iterable, attribute: str, test: str | None = None, *args: Any) -> list:
     """``value | rejectattr(attribute[, test, ...])``."""
-    if not value:
-        return []
-    getter = _attribute_getter(attribute)
-    return [item for item in value if not (_run_test(test, getter(item), *args) if test else getter(item))]
+    return _select_or_reject(value, False, test, args, _attribute_getter(attribute))
 
 
 def select(value: Iterable, test: str | None = None, *args: Any) -> list:
     """``value | select([test, ...])``."""
-    if not value:
-        return []
-    return [item for item in value if (_run_test(test, item, *args) if test else item)]
+    return _select_or_reject(value, True, test, args)
 
 
 def reject(value: Iterable, test: str | None = None, *args: Any) -> list:
     """``value | reject([test, ...])``."""
-    if not value:
-        return []
-    return [item for item in value if not (_run_test(test, item, *args) if test else item)]
+    return _select_or_reject(value, False, test, args)
 
 
 def map_attribute(value: Iterable, attribute: str, default: Any = None) -> list:

@@ -19,6 +19,7 @@ Never a third outcome: a returned bridge always extends the previous ids byte fo
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 import logging
 import threading
 from collections import OrderedDict
@@ -116,7 +117,7 @@ def sampled_tokens(
     return mask
 
 
-class BridgedAdapter:
+class BridgedAdapter(ABC):
     """Protocol methods for a backend that renders whole conversations and parses completions.
 
     Subclasses implement :meth:`_render_ids` (the backend's render), :meth:`_parse` (its parser),
@@ -132,19 +133,23 @@ class BridgedAdapter:
 
     # --- what a backend supplies ---------------------------------------------------
 
+    @abstractmethod
     def _render_ids(
         self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
     ) -> list[int]:
-        raise NotImplementedError
+        """Supplied by each backend."""
 
+    @abstractmethod
     def _parse(self, token_ids: list[int], tools: list[ToolSpec] | None) -> ParsedResponse:
-        raise NotImplementedError
+        """Supplied by each backend."""
 
+    @abstractmethod
     def _completion_messages(self, completion_ids: list[int]) -> list[Message]:
-        raise NotImplementedError
+        """Supplied by each backend."""
 
+    @abstractmethod
     def get_stop_token_ids(self) -> list[int]:
-        raise NotImplementedError
+        """Supplied by each backend."""
 
     @property
     def close_token_id(self) -> int | None:
