@@ -626,3 +626,49 @@ def to_float(value: Any, default: float = 0.0) -> float:
         return float(value)
     except (TypeError, ValueError):
         return default
+
+
+# --- the registry ------------------------------------------------------------------------
+#
+# Jinja filter / test name -> the helper that implements it. Every helper takes the value first,
+# then Jinja's own positional and keyword arguments, so the translator can emit
+# ``jinja.<helper.__name__>(value, *args, **kwargs)`` for any name listed here.
+
+FILTERS: dict[str, Any] = {
+    "count": length,
+    "d": default,
+    "default": default,
+    "dictsort": dictsort,
+    "capitalize": capitalize,
+    "first": first,
+    "float": to_float,
+    "int": to_int,
+    "items": items,
+    "join": join,
+    "last": last,
+    "length": length,
+    "lower": lower,
+    "reject": reject,
+    "rejectattr": reject_attr,
+    "replace": replace,
+    "safe": mark_safe,
+    "select": select,
+    "selectattr": select_attr,
+    "sort": sort,
+    "string": soft_str,
+    "title": title,
+    "tojson": tojson,
+    "trim": trim,
+    "unique": unique,
+    "upper": upper,
+}
+
+TESTS: dict[str, Any] = {
+    "boolean": is_boolean,
+    "defined": defined,
+    "integer": is_integer,
+    "iterable": is_iterable,
+    "mapping": is_mapping,
+    "number": is_number,
+    "sequence": is_sequence,
+}
