@@ -324,10 +324,7 @@ def tojson(
     sort_keys: bool = False,
 ) -> str:
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept by default."""
-    try:
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-    except TypeError as exc:
-        raise TemplateError(str(exc)) from exc
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 # --- conversions -----------------------------------------------------------------------
@@ -387,7 +384,7 @@ def default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
 def attr(value: Any, name: Any) -> Any:
     """``value | attr(name)``: the attribute only, never an item; the sandbox's refusals read as an
     Undefined whose use raises ("access to attribute 'append' of 'list' object is unsafe.")."""
-    return getattr_only(value, str(name))
+    return getattr_only(value, name)
 
 
 # --- sequences -------------------------------------------------------------------------

@@ -159,7 +159,8 @@ class TemplateDict(dict):
 
 
 class TemplateList(list):
-    """A list whose out-of-range indexes read as :class:`Undefined`; slices stay wrapped."""
+    """A list whose out-of-range indexes read as :class:`Undefined` (a method name as the method, as in
+    Jinja); slices stay wrapped."""
 
     __slots__ = ()
 
@@ -168,7 +169,11 @@ class TemplateList(list):
             return TemplateList(list.__getitem__(self, index))
         try:
             return list.__getitem__(self, index)
-        except (IndexError, TypeError):
+        except IndexError:
+            return Undefined(index, self)
+        except TypeError:
+            if isinstance(index, str) and hasattr(list, index):
+                return _safe_getattr(self, index, getattr(self, index))
             return Undefined(index, self)
 
 
@@ -291,11 +296,14 @@ def getattribute(obj: Any, name: str) -> Any:
 
 def getattr_only(obj: Any, name: str) -> Any:
     """``obj | attr(name)``: the attribute only (never an item), refused as the sandbox refuses."""
+    from inspect import getattr_static
+
     try:
-        value = getattr(obj, name)
+        getattr_static(obj, name)  # (a non-str name raises TypeError, as in Jinja)
     except AttributeError:
-        return Undefined(name, obj)
-    return _safe_getattr(obj, name, value)
+        if not hasattr(obj, name):
+            return Undefined(name, obj)
+    return getattribute(obj, name)
 
 
 def _safe_getattr(obj: Any, name: str, value: Any) -> Any:
