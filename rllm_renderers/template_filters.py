@@ -51,6 +51,9 @@ from .template_values import (
 __all__ = [
     "FILTERS",
     "REFUSED_FILTERS",
+    "STR_FILTERS",
+    "MARKUP_FILTERS",
+    "MARKUP_KEEPING_FILTERS",
     "GroupTuple",
     "attr",
     "batch",
@@ -706,3 +709,43 @@ REFUSED_FILTERS: dict[str, str] = {
     "from one call to the next)",
 }
 """Jinja filters transformers' environment has that a renderer cannot reproduce, with the reason."""
+
+# What a filter's result is, for a translator deciding whether ``str()`` is needed and whether ``+``
+# on the result escapes its other operand (it does when the result is a Markup).
+
+STR_FILTERS: frozenset[str] = frozenset(
+    [
+        "capitalize",
+        "center",
+        "e",
+        "escape",
+        "filesizeformat",
+        "forceescape",
+        "format",
+        "indent",
+        "join",
+        "lower",
+        "pprint",
+        "replace",
+        "safe",
+        "string",
+        "striptags",
+        "title",
+        "tojson",
+        "trim",
+        "upper",
+        "urlencode",
+        "wordwrap",
+        "xmlattr",
+    ]
+)
+"""Filters whose result is always a str (possibly a Markup, see below) when they return at all."""
+
+MARKUP_FILTERS: frozenset[str] = frozenset(["e", "escape", "forceescape", "safe"])
+"""Filters whose result is always a Markup."""
+
+MARKUP_KEEPING_FILTERS: frozenset[str] = frozenset(
+    ["capitalize", "center", "format", "indent", "lower", "reverse", "string", "trim", "truncate", "upper"]
+)
+"""Filters whose result is a Markup exactly when their input is one (``reverse`` and ``truncate`` on a
+string; other inputs give other values). Every other filter in :data:`STR_FILTERS` gives a plain str."""

@@ -308,6 +308,27 @@ def test_filter_matches_jinja(case):
     )
 
 
+@pytest.mark.parametrize("name", sorted(jinja.FILTERS))
+def test_result_kinds_declared_for_the_translator(name):
+    """STR_FILTERS / MARKUP_FILTERS / MARKUP_KEEPING_FILTERS say what jinja2 itself returns."""
+    source = "{{ capture(x | " + name + "(*args, **kwargs)) }}"
+    for args, kwargs in FILTER_ARGUMENTS[name]:
+        for value in VALUES + EXTRA_VALUES.get(name, []):
+            result = jinja_outcome(source, x=value, args=list(args), kwargs=kwargs)
+            if result[0] != "value":
+                continue
+            kind = result[1][0]
+            where = f"{name}{args!r}{kwargs!r} on {value!r} gave {kind}"
+            if name in jinja.STR_FILTERS:
+                assert kind in ("str", "Markup"), where
+            if name in jinja.MARKUP_FILTERS:
+                assert kind == "Markup", where
+            elif name in jinja.MARKUP_KEEPING_FILTERS and isinstance(value, str):
+                assert (kind == "Markup") == isinstance(value, Markup), where
+            elif name in jinja.STR_FILTERS:
+                assert kind == "str", where
+
+
 # --- tests (``x is name``) ---------------------------------------------------------------------
 
 TEST_ARGUMENTS: dict[str, list[tuple]] = {
@@ -445,6 +466,8 @@ def test_registries_cover_transformers_environment():
     # What is refused, and why (a renderer must be deterministic).
     assert set(jinja.REFUSED_FILTERS) <= {"random", "urlize"}
     assert set(jinja.REFUSED_GLOBALS) == {"lipsum"}
+    assert jinja.MARKUP_FILTERS <= jinja.STR_FILTERS <= set(jinja.FILTERS)
+    assert jinja.MARKUP_KEEPING_FILTERS <= set(jinja.FILTERS) - jinja.MARKUP_FILTERS
 
 
 @pytest.mark.parametrize(
