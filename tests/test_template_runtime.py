@@ -488,3 +488,68 @@ def test_importing_the_runtime_loads_no_jinja2():
     code = "import sys, rllm_renderers.template_runtime; print('jinja2' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert result.stdout.strip() == "False"
+
+
+# --- generated inputs -------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ = settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+TEXT = st.text(
+    alphabet=st.sampled_from(list("ab AZ-_.,:;!?()[]{}<>&\"'%/\\\t\n\r\x0b\x0c\x1c\x85\u2028é✓日😀0129")), max_size=40
+)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6), TEXT)
+JSON = st.recursive(
+    SCALARS,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(TEXT, children, max_size=4)),
+    max_leaves=10,
+)
+
+STRING_FILTER_CALLS = st.one_of(
+    st.tuples(st.sampled_from(["trim", "upper", "lower", "capitalize", "title", "wordcount", "striptags"]), st.just(())),
+    st.tuples(st.sampled_from(["escape", "forceescape", "urlencode", "pprint", "reverse", "list", "string"]), st.just(())),
+    st.tuples(st.just("trim"), st.tuples(TEXT)),
+    st.tuples(st.just("center"), st.tuples(st.integers(0, 50))),
+    st.tuples(st.just("indent"), st.tuples(st.one_of(st.integers(0, 4), TEXT), st.booleans(), st.booleans())),
+    st.tuples(st.just("truncate"), st.tuples(st.integers(3, 30), st.booleans(), st.just("..."), st.integers(0, 5))),
+    st.tuples(st.just("wordwrap"), st.tuples(st.integers(1, 20), st.booleans(), st.sampled_from(["\n", "|"]), st.booleans())),
+    st.tuples(st.just("replace"), st.tuples(TEXT, TEXT)),
+    st.tuples(st.just("int"), st.tuples(st.integers(-1, 1), st.sampled_from([0, 2, 8, 10, 16, 36]))),
+    st.tuples(st.just("float"), st.just(())),
+    st.tuples(st.just("format"), st.tuples(TEXT)),
+    st.tuples(st.just("sort"), st.tuples(st.booleans(), st.booleans())),
+    st.tuples(st.just("unique"), st.tuples(st.booleans())),
+    st.tuples(st.sampled_from(["min", "max"]), st.tuples(st.booleans())),
+    st.tuples(st.just("batch"), st.tuples(st.integers(1, 5), SCALARS)),
+    st.tuples(st.just("slice"), st.tuples(st.integers(1, 5), SCALARS)),
+    st.tuples(st.just("join"), st.tuples(TEXT)),
+    st.tuples(st.sampled_from(["first", "last", "length", "items", "dictsort", "tojson", "xmlattr"]), st.just(())),
+    st.tuples(st.just("select"), st.sampled_from([(), ("string",), ("lower",), ("upper",), ("number",)])),
+)
+
+
+@FUZZ
+@given(call=STRING_FILTER_CALLS, value=st.one_of(TEXT, TEXT.map(Markup), JSON))
+def test_filters_on_generated_inputs(call, value):
+    name, args = call
+    expected = jinja_outcome("{{ capture(x | " + name + "(*args)) }}", x=value, args=list(args))
+    actual = outcome(lambda: jinja.FILTERS[name](python_value(value), *args))
+    assert actual == expected, f"{name}{args!r} on {value!r}"
+
+
+@FUZZ
+# (`sameas` is identity: whether two equal strings are one object is CPython's business, not Jinja's.)
+@given(
+    name=st.sampled_from(sorted(name for name in jinja.TESTS if name.isidentifier() and name != "sameas")),
+    value=JSON,
+    other=JSON,
+)
+def test_tests_on_generated_inputs(name, value, other):
+    function = jinja.TESTS[name]
+    arity = 1 if name in TEST_ARGUMENTS else 0
+    args = [other][:arity]
+    expected = jinja_outcome("{{ capture(x is " + name + "(*args)) }}", x=value, args=args)
+    actual = outcome(lambda: bool(function(python_value(value), *[python_value(a) for a in args])))
+    assert actual == expected, f"{name}{args!r} on {value!r}"
