@@ -102,6 +102,7 @@ __all__ = [
     "unique",
     "upper",
     "urlencode",
+    "urlize",
     "wordcount",
     "wordwrap",
     "xmlattr",
@@ -328,6 +329,93 @@ def tojson(
 ) -> str:
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept by default."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+_URL = re.compile(
+    r"""
+    ^
+    (
+        (https?://|www\.)([\w%-]+\.)*([a-z]{2,63}|xn--[\w%]{2,59})  # scheme or www, domain, tld
+    |
+        ([\w%-]{2,63}\.)+(com|net|int|edu|gov|org|info|mil)  # bare domain with a common tld
+    |
+        (https?://)((\d{1,3})(\.\d{1,3}){3}|(\[([\da-f]{0,4}:){2}([\da-f]{0,4}:?){1,6}]))  # IPv4 / IPv6
+    )
+    (?::\d{1,5})?  # port
+    (?:[/?#]\S*)?  # path, query, fragment
+    $
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+_EMAIL = re.compile(r"^\S+@\w[\w.-]*\.\w+$")
+_URI_SCHEME = re.compile(r"^([\w.+-]{2,}:(/){0,2})$")
+_LEADING_PUNCTUATION = re.compile(r"^([(<]|&lt;)+")
+_TRAILING_PUNCTUATION = re.compile(r"([)>.,\n]|&gt;)+$")
+
+
+def urlize(
+    value: Any,
+    trim_url_limit: int | None = None,
+    nofollow: bool = False,
+    target: str | None = None,
+    rel: str | None = None,
+    extra_schemes: Iterable[str] | None = None,
+) -> str:
+    """``value | urlize(...)``: HTML-escape the text and turn URLs and e-mail addresses into links.
+
+    Links get ``rel="noopener"`` (Jinja's default policy) plus ``nofollow`` / ``rel``; surrounding
+    punctuation and unbalanced brackets stay outside the link.
+    """
+    rel_words = set((rel or "").split()) | {"noopener"}
+    if nofollow:
+        rel_words.add("nofollow")
+    rel = " ".join(sorted(rel_words))
+    for scheme in extra_schemes or ():
+        if _URI_SCHEME.fullmatch(scheme) is None:
+            raise TemplateError(f"{scheme!r} is not a valid URI scheme prefix.")
+
+    def shorten(url: str) -> str:
+        if trim_url_limit is not None and len(url) > trim_url_limit:
+            return f"{url[:trim_url_limit]}..."
+        return url
+
+    attributes = f' rel="{_markup_escape(rel)}"' + (f' target="{_markup_escape(target)}"' if target else "")
+    words = re.split(r"(\s+)", str(_markup_escape(value)))
+    for position, word in enumerate(words):
+        head, middle, tail = "", word, ""
+        leading = _LEADING_PUNCTUATION.match(middle)
+        if leading:
+            head, middle = leading.group(), middle[leading.end() :]
+        if middle.endswith((")", ">", ".", ",", "\n", "&gt;")):
+            trailing = _TRAILING_PUNCTUATION.search(middle)
+            if trailing:
+                tail, middle = trailing.group(), middle[: trailing.start()]
+        # A closing bracket that balances one inside the URL belongs to it.
+        for opening, closing in ("(", ")"), ("<", ">"), ("&lt;", "&gt;"):
+            opened = middle.count(opening)
+            if opened <= middle.count(closing):
+                continue
+            for _ in range(min(opened, tail.count(closing))):
+                end = tail.index(closing) + len(closing)
+                middle, tail = middle + tail[:end], tail[end:]
+        if _URL.match(middle):
+            href = middle if middle.startswith(("https://", "http://")) else f"https://{middle}"
+            middle = f'<a href="{href}"{attributes}>{shorten(middle)}</a>'
+        elif middle.startswith("mailto:") and _EMAIL.match(middle[7:]):
+            middle = f'<a href="{middle}">{middle[7:]}</a>'
+        elif (
+            "@" in middle
+            and not middle.startswith(("www.", "@"))
+            and ":" not in middle
+            and _EMAIL.match(middle)
+        ):
+            middle = f'<a href="mailto:{middle}">{middle}</a>'
+        else:
+            for scheme in extra_schemes or ():
+                if middle != scheme and middle.startswith(scheme):
+                    middle = f'<a href="{middle}"{attributes}>{middle}</a>'
+        words[position] = f"{head}{middle}{tail}"
+    return "".join(words)
 
 
 # --- conversions -----------------------------------------------------------------------
@@ -697,6 +785,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "unique": unique,
     "upper": upper,
     "urlencode": urlencode,
+    "urlize": urlize,
     "wordcount": wordcount,
     "wordwrap": wordwrap,
     "xmlattr": xmlattr,
@@ -704,7 +793,6 @@ FILTERS: dict[str, Callable[..., Any]] = {
 """Every jinja2 3.1.6 filter name (aliases too) a renderer reproduces -> its function."""
 
 REFUSED_FILTERS: dict[str, str] = {
-    "urlize": "`urlize` (turning URLs in text into HTML links) is not implemented",
     "random": "`random` picks an item at random: no renderer can reproduce it (transformers' output differs "
     "from one call to the next)",
 }
@@ -735,6 +823,7 @@ STR_FILTERS: frozenset[str] = frozenset(
         "trim",
         "upper",
         "urlencode",
+        "urlize",
         "wordwrap",
         "xmlattr",
     ]

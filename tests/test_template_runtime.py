@@ -266,6 +266,14 @@ FILTER_ARGUMENTS: dict[str, list[tuple[tuple, dict]]] = {
     "unique": [((), {}), ((True,), {}), ((), {"attribute": "a"}), ((), {"attribute": "a.b"})],
     "upper": NO_ARGS,
     "urlencode": NO_ARGS,
+    "urlize": [
+        ((), {}),
+        ((10,), {}),
+        ((None, True), {}),
+        ((), {"target": "_blank", "rel": "ugc"}),
+        ((), {"extra_schemes": ["ftp://", "tel:"]}),
+        ((), {"extra_schemes": ["bad scheme"]}),
+    ],
     "wordcount": NO_ARGS,
     "wordwrap": [((), {}), ((10,), {}), ((5, False), {}), ((10, True, "<br>"), {}), ((6, True, None, False), {})],
     "xmlattr": [((), {}), ((False,), {})],
@@ -274,6 +282,15 @@ FILTER_ARGUMENTS: dict[str, list[tuple[tuple, dict]]] = {
 # Extra inputs some filters only show their edges on.
 EXTRA_VALUES: dict[str, list] = {
     "urlencode": [[["a b", "c&d"], ["é", 1]], {"q": "a b/c", "n": 1}],
+    "urlize": [
+        "see https://example.com/a?b=1&c=2, or www.python.org.",
+        "(http://x.org/wiki/Foo_(bar)) <http://a.io> &lt;www.b.com&gt;",
+        "mail me@example.com or mailto:you@ex.org, not @a@b or a@b",
+        "example.com and sub.example.net/path http://1.2.3.4:8080/x http://[::1]/",
+        "ftp://files.org tel:+123 xn--bcher-kva.example",
+        Markup("<b>https://safe.example</b>"),
+        "http://averyveryverylongdomainname.example.com/with/a/long/path",
+    ],
     "xmlattr": [{"class": "x", "id": None, "data-x": "<&>"}, {"bad key": 1}, {"a": UNDEF}],
     "filesizeformat": [1000, 1024, 1536, 10**9, 10**30, "12345"],
     "format": [Markup("<p>%s</p>")],
@@ -464,7 +481,7 @@ def test_registries_cover_transformers_environment():
     assert set(jinja.GLOBALS) | set(jinja.REFUSED_GLOBALS) == set(environment.globals)
     assert not set(jinja.GLOBALS) & set(jinja.REFUSED_GLOBALS)
     # What is refused, and why (a renderer must be deterministic).
-    assert set(jinja.REFUSED_FILTERS) <= {"random", "urlize"}
+    assert set(jinja.REFUSED_FILTERS) == {"random"}
     assert set(jinja.REFUSED_GLOBALS) == {"lipsum"}
     assert jinja.MARKUP_FILTERS <= jinja.STR_FILTERS <= set(jinja.FILTERS)
     assert jinja.MARKUP_KEEPING_FILTERS <= set(jinja.FILTERS) - jinja.MARKUP_FILTERS
@@ -509,7 +526,7 @@ JSON = st.recursive(
 
 STRING_FILTER_CALLS = st.one_of(
     st.tuples(st.sampled_from(["trim", "upper", "lower", "capitalize", "title", "wordcount", "striptags"]), st.just(())),
-    st.tuples(st.sampled_from(["escape", "forceescape", "urlencode", "pprint", "reverse", "list", "string"]), st.just(())),
+    st.tuples(st.sampled_from(["escape", "forceescape", "urlencode", "urlize", "pprint", "reverse", "list", "string"]), st.just(())),
     st.tuples(st.just("trim"), st.tuples(TEXT)),
     st.tuples(st.just("center"), st.tuples(st.integers(0, 50))),
     st.tuples(st.just("indent"), st.tuples(st.one_of(st.integers(0, 4), TEXT), st.booleans(), st.booleans())),
