@@ -176,7 +176,9 @@ def indent(value: Any, width: int | str = 4, first: bool = False, blank: bool = 
     return result
 
 
-def truncate(value: Any, length: int = 255, killwords: bool = False, end: str = "...", leeway: int | None = None) -> str:
+def truncate(
+    value: Any, length: int = 255, killwords: bool = False, end: str = "...", leeway: int | None = None
+) -> str:
     """``value | truncate(length, killwords, end, leeway)`` (Jinja's default leeway is 5)."""
     if leeway is None:
         leeway = 5
@@ -403,12 +405,7 @@ def urlize(
             middle = f'<a href="{href}"{attributes}>{shorten(middle)}</a>'
         elif middle.startswith("mailto:") and _EMAIL.match(middle[7:]):
             middle = f'<a href="{middle}">{middle[7:]}</a>'
-        elif (
-            "@" in middle
-            and not middle.startswith(("www.", "@"))
-            and ":" not in middle
-            and _EMAIL.match(middle)
-        ):
+        elif "@" in middle and not middle.startswith(("www.", "@")) and ":" not in middle and _EMAIL.match(middle):
             middle = f'<a href="mailto:{middle}">{middle}</a>'
         else:
             for scheme in extra_schemes or ():

@@ -20,6 +20,22 @@ transformers' ``tojson``, ``raise_exception``, ``strftime_now``, ``dict`` and
 Errors a template raises (``raise_exception``) or runs into (using an undefined
 value) surface as :class:`TemplateError`, a ``ValueError`` carrying the same
 message Jinja would give.
+
+For the translator:
+
+* ``value | name(*args, **kwargs)`` -> ``jinja.<FILTERS[name].__name__>(value, *args, **kwargs)``;
+  ``value is name(*args)`` -> ``jinja.<TESTS[name].__name__>(value, *args)`` (all ``is_<name>``);
+  a global ``name(...)`` -> ``jinja.<GLOBALS[name].__name__>(...)``. A name in
+  :data:`REFUSED_FILTERS` / :data:`REFUSED_GLOBALS` is refused at compile time with that reason.
+* ``select``, ``reject``, ``selectattr``, ``rejectattr``, ``map``, ``unique``, ``items``, ``batch``
+  and ``slice`` return generators, as in Jinja: always truthy, single-pass, no ``len``. A variable
+  that may hold one needs ``list(...)`` before ``len()`` / ``loop.length`` / ``loop.last`` (Jinja
+  computes those on generators too), and ``{% for %}...{% else %}`` over it needs an
+  "iterated at least once" flag rather than the truthiness of the iterable.
+* :data:`STR_FILTERS`, :data:`MARKUP_FILTERS` and :data:`MARKUP_KEEPING_FILTERS` say which
+  results are strings and which are Markup (``+`` on a Markup escapes the other operand).
+* A method call on a computed value, ``x.append(y)``, is refused by the sandbox:
+  ``jinja.getattribute(x, "append")(y)`` raises the same error.
 """
 
 from __future__ import annotations
@@ -28,10 +44,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from .template_filters import *  # noqa: F401,F403  (re-exported: generated code calls jinja.<filter>)
-from .template_filters import FILTERS, REFUSED_FILTERS
 from .template_filters import __all__ as _FILTER_NAMES
 from .template_tests import *  # noqa: F401,F403  (re-exported: generated code calls jinja.is_<test>)
-from .template_tests import TESTS
 from .template_tests import __all__ as _TEST_NAMES
 from .template_values import *  # noqa: F401,F403
 from .template_values import TemplateDict, TemplateError, Namespace
