@@ -45,6 +45,7 @@ from .template_values import (
     getattr_only,
     ignore_case,
     multi_attribute_getter,
+    name_type_as_jinja_does,
     soft_str,
 )
 
@@ -601,6 +602,9 @@ class GroupTuple(NamedTuple):
 
     def __str__(self) -> str:
         return tuple.__str__(self)
+
+
+name_type_as_jinja_does(GroupTuple, "jinja2.filters._GroupTuple")
 
 
 def groupby(value: Any, attribute: Any, default: Any = None, case_sensitive: bool = False) -> TemplateList:

@@ -48,7 +48,7 @@ from .template_filters import __all__ as _FILTER_NAMES
 from .template_tests import *  # noqa: F401,F403  (re-exported: generated code calls jinja.is_<test>)
 from .template_tests import __all__ as _TEST_NAMES
 from .template_values import *  # noqa: F401,F403
-from .template_values import TemplateDict, TemplateError, Namespace
+from .template_values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
 from .template_values import __all__ as _VALUE_NAMES
 
 __all__ = [
@@ -145,6 +145,10 @@ class Joiner:
             self.used = True
             return ""
         return self.sep
+
+
+name_type_as_jinja_does(Cycler, "jinja2.utils.Cycler")
+name_type_as_jinja_does(Joiner, "jinja2.utils.Joiner")
 
 
 GLOBALS: dict[str, Callable[..., Any]] = {

@@ -117,6 +117,11 @@ class Undefined:
 _JINJA_TYPE_NAMES: dict[str, str] = {}
 
 
+def name_type_as_jinja_does(cls: type, qualified_name: str) -> None:
+    """Make error messages name ``cls`` as Jinja names its counterpart (``jinja2.utils.Cycler``)."""
+    _JINJA_TYPE_NAMES[f"{cls.__module__}.{cls.__name__}"] = qualified_name
+
+
 def object_type_repr(obj: Any) -> str:
     """``jinja2.utils.object_type_repr``: how Jinja names a value's type in errors."""
     if obj is None:
@@ -219,13 +224,17 @@ class Namespace:
 
     def __getitem__(self, name: Any) -> Any:
         # `ns.x` on a namespace reached through another name (an alias, a macro argument).
-        return self.__dict__[name] if name in self.__dict__ else Undefined(name, self)
+        if name in self.__dict__:
+            return self.__dict__[name]
+        if isinstance(name, str) and hasattr(type(self), name):  # `__class__` and the like
+            return _unsafe(self, name)
+        return Undefined(name, self)
 
     def __repr__(self) -> str:
         return f"<Namespace {self.__dict__!r}>"
 
 
-_JINJA_TYPE_NAMES[f"{__name__}.Namespace"] = "transformers.utils.chat_template_utils.TemplateNamespace"
+name_type_as_jinja_does(Namespace, "transformers.utils.chat_template_utils.TemplateNamespace")
 
 
 def _check_namespace_name(name: Any) -> None:
@@ -307,13 +316,14 @@ def getattr_only(obj: Any, name: str) -> Any:
 
 
 def _safe_getattr(obj: Any, name: str, value: Any) -> Any:
-    if is_safe_attribute(obj, name):
+    if isinstance(value, Undefined) or is_safe_attribute(obj, name):  # (an Undefined: nothing was found)
         return value
-    return Undefined(
-        name,
-        obj,
-        hint=f"access to attribute {name!r} of {_plain_type_name(obj)!r} object is unsafe.",
-    )
+    return _unsafe(obj, name)
+
+
+def _unsafe(obj: Any, name: str) -> Undefined:
+    """The sandbox's answer to a refused attribute: an Undefined whose every use raises."""
+    return Undefined(name, obj, hint=f"access to attribute {name!r} of {_plain_type_name(obj)!r} object is unsafe.")
 
 
 # What ImmutableSandboxedEnvironment refuses to expose: methods that modify a known mutable type.

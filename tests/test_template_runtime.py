@@ -420,6 +420,27 @@ def test_getitem_and_getattribute_match_jinja(key):
     assert not mismatches, "\n".join(mismatches[:15])
 
 
+@pytest.mark.parametrize(
+    "setup, make",
+    [
+        ("{% set o = namespace(a=1) %}", lambda: jinja.Namespace(a=1)),
+        ("{% set o = cycler(1, 2) %}", lambda: jinja.Cycler(1, 2)),
+        ("{% set o = joiner() %}", lambda: jinja.Joiner()),
+        (
+            "{% set o = ([{'a': 1}] | groupby('a'))[0] %}",
+            lambda: jinja.groupby(jinja.template_data([{"a": 1}]), "a")[0],
+        ),
+        ("{% set o = dict(a=1) %}", lambda: jinja.new_dict(a=1)),
+    ],
+)
+@pytest.mark.parametrize("name", ["a", "x", "grouper", "list", "current", "items", "sep", "pop", "_x", "__class__"])
+def test_lookups_on_runtime_objects_match_jinja(setup, make, name):
+    expected = jinja_outcome(setup + "{{ capture(o." + name + ") }}")
+    assert outcome(lambda: jinja.getattribute(make(), name)) == expected
+    expected = jinja_outcome(setup + "{{ capture(o[name]) }}", name=name)
+    assert outcome(lambda: jinja.getitem(make(), name)) == expected
+
+
 def test_unsafe_attribute_refusal_raises_on_use():
     value = jinja.attr(jinja.template_data([1]), "append")
     assert not value and str(value) == ""
