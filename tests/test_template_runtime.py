@@ -441,6 +441,54 @@ def test_lookups_on_runtime_objects_match_jinja(setup, make, name):
     assert outcome(lambda: jinja.getitem(make(), name)) == expected
 
 
+UNDEFINED_OPERATIONS = {
+    "x": lambda x: x,
+    "x ~ 'a'": lambda x: str(x) + "a",
+    "x + 1": lambda x: x + 1,
+    "1 + x": lambda x: 1 + x,
+    "x - 1": lambda x: x - 1,
+    "x * 2": lambda x: x * 2,
+    "x / 2": lambda x: x / 2,
+    "x // 2": lambda x: x // 2,
+    "x % 2": lambda x: x % 2,
+    "x ** 2": lambda x: x**2,
+    "-x": lambda x: -x,
+    "x < 1": lambda x: x < 1,
+    "x >= 1": lambda x: x >= 1,
+    "x == y": lambda x: x == jinja.Undefined("y"),
+    "x != 1": lambda x: x != 1,
+    "x.a": lambda x: x.a,
+    "x['a']": lambda x: x["a"],
+    "x[0]": lambda x: x[0],
+    "x()": lambda x: x(),
+    "x | list": lambda x: list(x),
+    "x | length": lambda x: len(x),
+    "x | string": lambda x: str(x),
+    "not x": lambda x: not x,
+    "'a' in x": lambda x: "a" in x,
+    "x is defined": lambda x: jinja.is_defined(x),
+    "x | int": lambda x: jinja.to_int(x),
+    "x | float": lambda x: jinja.to_float(x),
+    "x | abs": lambda x: abs(x),
+    "x | round": lambda x: jinja.filter_round(x),
+    "x | sum": lambda x: jinja.filter_sum(x),
+}
+
+
+@pytest.mark.parametrize("expression", sorted(UNDEFINED_OPERATIONS))
+@pytest.mark.parametrize(
+    "setup, make",
+    [
+        ("", lambda: jinja.Undefined("x")),
+        ("{% set x = {}['k'] %}", lambda: jinja.getitem(jinja.template_data({}), "k")),
+    ],
+    ids=["variable", "missing key"],
+)
+def test_undefined_behaves_as_jinja_undefined(expression, setup, make):
+    expected = jinja_outcome(setup + "{{ capture(" + expression + ") }}")
+    assert outcome(lambda: UNDEFINED_OPERATIONS[expression](make())) == expected
+
+
 def test_unsafe_attribute_refusal_raises_on_use():
     value = jinja.attr(jinja.template_data([1]), "append")
     assert not value and str(value) == ""
