@@ -25,6 +25,7 @@ What a reader of generated code should know:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -334,26 +335,28 @@ def tojson(
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-_URL = re.compile(
-    r"""
-    ^
-    (
-        (https?://|www\.)([\w%-]+\.)*([a-z]{2,63}|xn--[\w%]{2,59})  # scheme or www, domain, tld
-    |
-        ([\w%-]{2,63}\.)+(com|net|int|edu|gov|org|info|mil)  # bare domain with a common tld
-    |
-        (https?://)((\d{1,3})(\.\d{1,3}){3}|(\[([\da-f]{0,4}:){2}([\da-f]{0,4}:?){1,6}]))  # IPv4 / IPv6
+@functools.cache
+def _urlize_patterns() -> tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern, re.Pattern]:
+    """urlize's regular expressions: a URL, an e-mail address, a scheme prefix, leading/trailing punctuation."""
+    url = re.compile(
+        r"""
+        ^
+        (
+            (https?://|www\.)([\w%-]+\.)*([a-z]{2,63}|xn--[\w%]{2,59})  # scheme or www, domain, tld
+        |
+            ([\w%-]{2,63}\.)+(com|net|int|edu|gov|org|info|mil)  # bare domain with a common tld
+        |
+            (https?://)((\d{1,3})(\.\d{1,3}){3}|(\[([\da-f]{0,4}:){2}([\da-f]{0,4}:?){1,6}]))  # IPv4 / IPv6
+        )
+        (?::\d{1,5})?  # port
+        (?:[/?#]\S*)?  # path, query, fragment
+        $
+        """,
+        re.IGNORECASE | re.VERBOSE,
     )
-    (?::\d{1,5})?  # port
-    (?:[/?#]\S*)?  # path, query, fragment
-    $
-    """,
-    re.IGNORECASE | re.VERBOSE,
-)
-_EMAIL = re.compile(r"^\S+@\w[\w.-]*\.\w+$")
-_URI_SCHEME = re.compile(r"^([\w.+-]{2,}:(/){0,2})$")
-_LEADING_PUNCTUATION = re.compile(r"^([(<]|&lt;)+")
-_TRAILING_PUNCTUATION = re.compile(r"([)>.,\n]|&gt;)+$")
+    email = re.compile(r"^\S+@\w[\w.-]*\.\w+$")
+    scheme = re.compile(r"^([\w.+-]{2,}:(/){0,2})$")
+    return url, email, scheme, re.compile(r"^([(<]|&lt;)+"), re.compile(r"([)>.,\n]|&gt;)+$")
 
 
 def urlize(
@@ -369,12 +372,13 @@ def urlize(
     Links get ``rel="noopener"`` (Jinja's default policy) plus ``nofollow`` / ``rel``; surrounding
     punctuation and unbalanced brackets stay outside the link.
     """
+    url_pattern, email_pattern, scheme_pattern, leading_pattern, trailing_pattern = _urlize_patterns()
     rel_words = set((rel or "").split()) | {"noopener"}
     if nofollow:
         rel_words.add("nofollow")
     rel = " ".join(sorted(rel_words))
     for scheme in extra_schemes or ():
-        if _URI_SCHEME.fullmatch(scheme) is None:
+        if scheme_pattern.fullmatch(scheme) is None:
             raise TemplateError(f"{scheme!r} is not a valid URI scheme prefix.")
 
     def shorten(url: str) -> str:
@@ -386,11 +390,11 @@ def urlize(
     words = re.split(r"(\s+)", str(_markup_escape(value)))
     for position, word in enumerate(words):
         head, middle, tail = "", word, ""
-        leading = _LEADING_PUNCTUATION.match(middle)
+        leading = leading_pattern.match(middle)
         if leading:
             head, middle = leading.group(), middle[leading.end() :]
         if middle.endswith((")", ">", ".", ",", "\n", "&gt;")):
-            trailing = _TRAILING_PUNCTUATION.search(middle)
+            trailing = trailing_pattern.search(middle)
             if trailing:
                 tail, middle = trailing.group(), middle[: trailing.start()]
         # A closing bracket that balances one inside the URL belongs to it.
@@ -401,12 +405,14 @@ def urlize(
             for _ in range(min(opened, tail.count(closing))):
                 end = tail.index(closing) + len(closing)
                 middle, tail = middle + tail[:end], tail[end:]
-        if _URL.match(middle):
+        if url_pattern.match(middle):
             href = middle if middle.startswith(("https://", "http://")) else f"https://{middle}"
             middle = f'<a href="{href}"{attributes}>{shorten(middle)}</a>'
-        elif middle.startswith("mailto:") and _EMAIL.match(middle[7:]):
+        elif middle.startswith("mailto:") and email_pattern.match(middle[7:]):
             middle = f'<a href="{middle}">{middle[7:]}</a>'
-        elif "@" in middle and not middle.startswith(("www.", "@")) and ":" not in middle and _EMAIL.match(middle):
+        elif (
+            "@" in middle and not middle.startswith(("www.", "@")) and ":" not in middle and email_pattern.match(middle)
+        ):
             middle = f'<a href="mailto:{middle}">{middle}</a>'
         else:
             for scheme in extra_schemes or ():
