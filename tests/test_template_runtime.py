@@ -645,3 +645,54 @@ def test_tests_on_generated_inputs(name, value, other):
     expected = jinja_outcome("{{ capture(x is " + name + "(*args)) }}", x=value, args=args)
     actual = outcome(lambda: bool(function(python_value(value), *[python_value(a) for a in args])))
     assert actual == expected, f"{name}{args!r} on {value!r}"
+
+
+RECORD_VALUES = st.one_of(st.integers(-3, 3), st.sampled_from(["a", "B", "b", "A", "", "é"]), st.none(), st.booleans())
+RECORDS = st.lists(
+    st.dictionaries(
+        st.sampled_from(["k", "v", "n"]),
+        st.one_of(RECORD_VALUES, st.dictionaries(st.just("x"), RECORD_VALUES, max_size=1)),
+        max_size=3,
+    ),
+    max_size=6,
+)
+ATTRIBUTE = st.sampled_from(["k", "v", "n", "n.x", "k.0", "missing"])
+ATTRIBUTE_CALLS = st.one_of(
+    st.tuples(st.just("map"), st.just(()), st.fixed_dictionaries({"attribute": ATTRIBUTE})),
+    st.tuples(st.just("map"), st.just(()), st.fixed_dictionaries({"attribute": ATTRIBUTE, "default": RECORD_VALUES})),
+    st.tuples(st.sampled_from(["selectattr", "rejectattr"]), st.tuples(ATTRIBUTE), st.just({})),
+    st.tuples(
+        st.sampled_from(["selectattr", "rejectattr"]),
+        st.tuples(ATTRIBUTE, st.sampled_from(["defined", "none", "string", "odd", "true"])),
+        st.just({}),
+    ),
+    st.tuples(
+        st.sampled_from(["selectattr", "rejectattr"]),
+        st.tuples(ATTRIBUTE, st.sampled_from(["eq", "ne", "gt", "in"]), RECORD_VALUES),
+        st.just({}),
+    ),
+    st.tuples(
+        st.sampled_from(["sort", "unique", "min", "max"]),
+        st.just(()),
+        st.fixed_dictionaries({"attribute": ATTRIBUTE, "case_sensitive": st.booleans()}),
+    ),
+    st.tuples(st.just("sort"), st.just(()), st.fixed_dictionaries({"attribute": st.sampled_from(["k,v", "n.x,k"])})),
+    st.tuples(
+        st.just("groupby"),
+        st.tuples(ATTRIBUTE),
+        st.fixed_dictionaries({"default": RECORD_VALUES, "case_sensitive": st.booleans()}),
+    ),
+    st.tuples(st.just("sum"), st.just(()), st.fixed_dictionaries({"attribute": ATTRIBUTE})),
+    st.tuples(st.just("join"), st.tuples(st.just(","), ATTRIBUTE), st.just({})),
+)
+
+
+@FUZZ
+@given(call=ATTRIBUTE_CALLS, records=RECORDS)
+def test_attribute_forms_on_generated_records(call, records):
+    name, args, kwargs = call
+    expected = jinja_outcome(
+        "{{ capture(x | " + name + "(*args, **kwargs)) }}", x=records, args=list(args), kwargs=kwargs
+    )
+    actual = outcome(lambda: jinja.FILTERS[name](python_value(records), *args, **kwargs))
+    assert actual == expected, f"{name}{args!r}{kwargs!r} on {records!r}"
