@@ -16,7 +16,7 @@ from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
-from .parsing import parse_text, to_parsed_response
+from .parsing import as_token_ids, decoded_prefix_lengths, parse_text, to_parsed_response, token_index_at
 from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
@@ -312,13 +312,19 @@ class GeneratedRenderer(ABC):
         tools: list[ToolSpec] | None = None,
         prompt_ids: list[int] | None = None,
     ) -> ParsedResponse:
-        """Content, reasoning and tool calls of a sampled turn; never raises on a list of ints."""
-        ids = [token for token in token_ids if isinstance(token, int)]
+        """Content, reasoning and tool calls of a sampled turn.
+
+        ``token_ids`` may be any sequence of integers (list, numpy array, torch tensor, ...); ids
+        outside the vocabulary are skipped. Never raises on such a sequence; anything else is a
+        ValueError. Linear in the length of the completion.
+        """
+        ids = as_token_ids(token_ids)
+        prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
         stop_ids = set(self.get_stop_token_ids())
         end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
         ids = ids[:end]
         text = self.decode(ids)
-        prompt_tail = self.decode(list(prompt_ids)[-64:]) if prompt_ids else self.generation_prompt()
+        prompt_tail = self.decode(prompt[-64:]) if prompt else self.generation_prompt()
         parsed = parse_text(
             text,
             reasoning=self.REASONING,
@@ -326,7 +332,10 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
         )
-        return to_parsed_response(parsed, lambda start, stop: self._token_span(ids, start, stop))
+        lengths = decoded_prefix_lengths(self.decode, ids) if parsed.calls else [0]
+        return to_parsed_response(
+            parsed, lambda start, stop: (token_index_at(lengths, start), token_index_at(lengths, stop))
+        )
 
     def _reasoning_prefilled(self, prompt_tail: str) -> bool:
         """Whether the prompt ends inside an open reasoning block (a prefilled ``<think>``)."""
@@ -337,20 +346,6 @@ class GeneratedRenderer(ABC):
         return (
             at >= 0 and reasoning.close not in prompt_tail[at:] and not prompt_tail[at + len(reasoning.open) :].strip()
         )
-
-    def _token_span(self, ids: list[int], start: int, stop: int) -> tuple[int, int]:
-        return (self._token_at(ids, start), self._token_at(ids, stop))
-
-    def _token_at(self, ids: list[int], char: int) -> int:
-        """The smallest k whose decoded prefix ``ids[:k]`` covers ``char`` characters."""
-        low, high = 0, len(ids)
-        while low < high:
-            middle = (low + high) // 2
-            if len(self.decode(ids[:middle])) >= char:
-                high = middle
-            else:
-                low = middle + 1
-        return low
 
     def bridge_to_next_turn(
         self,
