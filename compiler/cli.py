@@ -8,7 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .emit import BLACK_MODE
 from .errors import CompileError
+from .index import INDEX_FILE, index_is_current
 from .pipeline import (
     compile_source,
     ensure_importable,
@@ -169,7 +171,12 @@ def command_check(args: argparse.Namespace) -> int:
                 problems += 1
             else:
                 print(f"ok {path.name}")
-    print(f"checked: {len(files) - problems}/{len(files)} up to date")
+    if not index_is_current(args.dir, BLACK_MODE):
+        print(f"STALE {INDEX_FILE}: it does not list exactly the renderers in {args.dir} (regenerate one to rewrite it)")
+        problems += 1
+    else:
+        print(f"ok {INDEX_FILE}")
+    print(f"checked: {len(files) + 1 - problems}/{len(files) + 1} up to date (renderers and index)")
     return 1 if problems else 0
 
 

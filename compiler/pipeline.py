@@ -17,6 +17,7 @@ from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, t
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
+from .index import INDEX_FILE, index_source
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .probes import ProbeError, ProbeFacts, probe
 from .source import TemplateSource
@@ -133,9 +134,15 @@ def compile_source(
     return Compiled(source, facts, tokenizer, prepared.oracle, spec, code)
 
 
+#: The package generated modules belong to (the checkout's generated/ folder); a ladder child
+#: imports its parent relatively from it.
+GENERATED_PACKAGE = "rllm_renderers.generated"
+
+
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
     """Execute generated code as a fresh module (not registered in sys.modules)."""
-    module = types.ModuleType(f"generated.{module_name}")
+    module = types.ModuleType(f"{GENERATED_PACKAGE}.{module_name}")
+    module.__package__ = GENERATED_PACKAGE
     module.__file__ = f"<generated {module_name}>"
     exec(compile(code, module.__file__, "exec"), module.__dict__)
     return getattr(module, class_name)
@@ -143,7 +150,7 @@ def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
 
 def load_generated_file(path: Path) -> type:
     """The renderer class defined in a checked-in generated file."""
-    spec = importlib.util.spec_from_file_location(f"generated.{path.stem}", path)
+    spec = importlib.util.spec_from_file_location(f"{GENERATED_PACKAGE}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     classes = [
@@ -197,7 +204,9 @@ def generate(
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     path = out_dir / f"{compiled.spec.module}.py"
+    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code})
     write_atomically(path, compiled.code)
+    write_atomically(out_dir / INDEX_FILE, index)
     return path, report
 
 

@@ -256,7 +256,7 @@ def config_class_for(generated_cls: type) -> type:
     """A ``renderers`` config class whose fields are ``generated_cls``'s template knobs (None: unset).
 
     ``GeneratedRenderer.config_class`` returns it, so prime-rl's ``custom`` renderer config can
-    load a generated class by its own import path (``generated.qwen3.Qwen3Renderer``).
+    load a generated class by its own import path (``rllm_renderers.generated.qwen3.Qwen3Renderer``).
     """
     from renderers.configs import BaseRendererConfig
 
