@@ -25,6 +25,28 @@ from .source import REPO_ROOT, read_corpus_manifest, resolve_source
 GENERATED_DIR = REPO_ROOT / "generated"
 
 
+def positive_int(value: str) -> int:
+    """``--cases``: at least one generated conversation (the fixed edge cases alone prove little)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def output_folder(path: Path) -> Path:
+    """``--out``: a folder, or a path where one can be created (no file in the way)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is" if candidate == path else f"is inside {candidate}, which is"
+                raise CompileError(f"--out {path} {what} a file, not a folder")
+            break
+    return path
+
+
 def add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model id, e.g. Qwen/Qwen3-8B")
     parser.add_argument("--template", type=Path, help="a Jinja chat template file to compile")
@@ -48,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_options(generate_parser)
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", help="module name (default: derived from the model id)")
-    generate_parser.add_argument("--cases", type=int, default=200, help="generated conversations to verify")
+    generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
 
     verify_parser = commands.add_parser("verify", help="check a checked-in renderer against its template")
     add_source_options(verify_parser)
     verify_parser.add_argument("--all", action="store_true", help="every corpus model with a generated renderer")
     verify_parser.add_argument("--dir", type=Path, default=GENERATED_DIR, help="where generated renderers live")
-    verify_parser.add_argument("--cases", type=int, default=200)
+    verify_parser.add_argument("--cases", type=positive_int, default=200)
     verify_parser.add_argument("--seed", type=int, default=0)
 
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
@@ -90,6 +112,7 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
 
 
 def command_generate(args: argparse.Namespace) -> int:
+    output_folder(args.out)
     source = source_from_args(args)
     path, report = generate(
         source,
@@ -188,4 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args)
     except CompileError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. an output folder that cannot be written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
+from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, parse_template, template_sha256
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
@@ -92,6 +92,7 @@ STABILITY_CASES = 150
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
     """Load the tokenizer, build the oracle and analyse the template (no emission)."""
+    parse_template(source.source, source.display_name)  # a syntax error is a CompileError naming the line
     tokenizer = load_tokenizer_for(source)
     oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
     facts = analyse(
