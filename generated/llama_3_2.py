@@ -37,6 +37,7 @@ class Llama32Renderer(Llama31Renderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
     ROLES = ()
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<|eot_id|>", stop_tokens=("<|eot_id|>",))
     REASONING = None
     TOOL_CALLS = ToolCallFormat(

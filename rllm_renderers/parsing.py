@@ -54,7 +54,9 @@ def parse_text(
     """Parse the text of one assistant turn (without its stop token)."""
     position = 0
     reasoning_text: str | None = None
-    reasoning_complete: bool | None = True if reasoning is not None else None
+    # as PrimeIntellect's renderers: True unless the completion leaves a reasoning block open
+    # (so also True for a template without reasoning)
+    reasoning_complete = True
     if reasoning is not None:
         in_reasoning = reasoning_prefilled
         stripped = text.lstrip()

@@ -143,7 +143,7 @@ class ChatTemplateAdapter(BridgedAdapter):
         if "<think>" in text:
             before, reasoning = text.split("<think>", 1)
             return ParsedResponse(content=before, reasoning_content=reasoning.strip("\n"), reasoning_complete=False)
-        return ParsedResponse(content=text, reasoning_complete=None)
+        return ParsedResponse(content=text, reasoning_complete=True)  # no reasoning block left open
 
     def _decode_lenient(self, ids: list[int]) -> str:
         try:

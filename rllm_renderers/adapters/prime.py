@@ -279,6 +279,39 @@ def config_class_for(generated_cls: type) -> type:
         return _prime_classes[generated_cls]
 
 
+def to_prime_result(result: RenderedTokens | ParsedResponse) -> Any:
+    """Our ``RenderedTokens`` / ``ParsedResponse`` as ``renderers``' own dataclasses (field by field).
+
+    A generated renderer built as prime-rl builds a custom renderer (``cls(tokenizer, config)``)
+    returns these, so prime-rl's ``isinstance`` checks hold.
+    """
+    import dataclasses
+
+    from renderers import base as prime
+
+    if isinstance(result, RenderedTokens):
+        return prime.RenderedTokens(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
+    if isinstance(result, ParsedResponse):
+        calls = [
+            prime.ParsedToolCall(
+                raw=call.raw,
+                name=call.name,
+                arguments=call.arguments,
+                token_span=call.token_span,
+                status=prime.ToolCallParseStatus(str(call.status)),
+                id=call.id,
+            )
+            for call in result.tool_calls
+        ]
+        return prime.ParsedResponse(
+            content=result.content,
+            reasoning_content=result.reasoning_content,
+            tool_calls=calls,
+            reasoning_complete=result.reasoning_complete,
+        )
+    raise TypeError(f"no renderers type for {type(result).__name__}")
+
+
 def prime_renderer_class(generated_cls: type) -> type:
     """The generated class itself: it has ``config_class`` and a ``(tokenizer, config)`` constructor."""
     return generated_cls
