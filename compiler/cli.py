@@ -20,9 +20,10 @@ from .pipeline import (
     source_drifted,
     verify_compiled,
 )
-from .source import REPO_ROOT, read_corpus_manifest, resolve_source
+from .source import IN_CHECKOUT, REPO_ROOT, read_corpus_manifest, resolve_source
 
-GENERATED_DIR = REPO_ROOT / "generated"
+#: The checkout's generated/ folder; installed (the rllm-compile script), ./generated.
+GENERATED_DIR = REPO_ROOT / "generated" if IN_CHECKOUT else Path("generated")
 
 
 def positive_int(value: str) -> int:
@@ -63,7 +64,7 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m compiler", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m compiler" if IN_CHECKOUT else "rllm-compile", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate_parser = commands.add_parser("generate", help="compile, verify and write generated/<module>.py")
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_parser.add_argument("--seed", type=int, default=0)
 
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
-    check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus")
+    check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
     check_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
     return parser
 
@@ -180,7 +181,7 @@ def command_check(args: argparse.Namespace) -> int:
         for path in files:
             renderer_class = load_generated_file(path)
             model_id = renderer_class.MODEL_IDS[0]
-            corpus = args.corpus if args.corpus.is_dir() else None
+            corpus = args.corpus if args.corpus is not None and args.corpus.is_dir() else None
             source = resolve_source(model_id, corpus=corpus, allow_hub=False)
             if source_drifted(renderer_class, source):
                 print(f"DRIFT {path.name}: the template of {model_id} changed since generation")

@@ -216,7 +216,9 @@ def source_drifted(renderer_class: type, source: TemplateSource) -> bool:
 
 
 def ensure_importable() -> None:
-    """Make the repository root importable (for `generated.*` and `rllm_renderers`)."""
+    """From a checkout, make the repository root importable (for ``rllm_renderers``); installed, nothing to do."""
+    from .source import IN_CHECKOUT
+
     root = str(Path(__file__).resolve().parent.parent)
-    if root not in sys.path:
+    if IN_CHECKOUT and root not in sys.path:
         sys.path.insert(0, root)

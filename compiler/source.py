@@ -23,6 +23,8 @@ from pathlib import Path
 from .errors import SourceError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Whether the compiler runs from a source checkout (else it is installed as rllm_renderers.compiler).
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "generated").is_dir()
 OVERRIDES_DIR = REPO_ROOT / "templates_overrides"
 
 
