@@ -170,6 +170,18 @@ def test_built_like_prime_rl_it_returns_prime_types(module):
     assert bridged is None or type(bridged) is prime.RenderedTokens
 
 
+def test_a_bridge_built_like_prime_rl_is_a_prime_rendered_tokens():
+    from renderers import base as prime
+
+    renderer = _prime_built("llama_3_1")
+    history = [{"role": "user", "content": "Hi"}]
+    prompt = renderer.render_ids(history, add_generation_prompt=True)
+    completion = renderer.render_ids(history + [{"role": "assistant", "content": "Hello."}])[len(prompt) :]
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [{"role": "user", "content": "Again"}])
+    assert type(bridged) is prime.RenderedTokens
+    assert bridged.token_ids[: len(prompt) + len(completion)] == prompt + completion
+
+
 def test_plain_construction_keeps_the_projects_types():
     from rllm_renderers.types import ParsedResponse, RenderedTokens
 

@@ -289,6 +289,8 @@ def to_prime_result(result: RenderedTokens | ParsedResponse) -> Any:
 
     from renderers import base as prime
 
+    if isinstance(result, (prime.RenderedTokens, prime.ParsedResponse)):
+        return result
     if isinstance(result, RenderedTokens):
         return prime.RenderedTokens(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
     if isinstance(result, ParsedResponse):
