@@ -175,6 +175,8 @@ def command_verify(args: argparse.Namespace) -> int:
 
 
 def command_check(args: argparse.Namespace) -> int:
+    if not args.dir.is_dir():
+        raise CompileError(f"--dir {args.dir} is not a folder of generated renderers")
     problems = 0
     files = generated_files(args.dir)
     with tempfile.TemporaryDirectory() as scratch:

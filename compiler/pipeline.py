@@ -16,7 +16,7 @@ from typing import Any
 from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, parse_template, template_sha256
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
-from .errors import CompileError, VerificationError
+from .errors import CompileError, SourceError, VerificationError
 from .index import INDEX_FILE, index_source
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .probes import ProbeError, ProbeFacts, probe
@@ -52,7 +52,11 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
         return None
     from rllm_renderers.loading import load_tokenizer
 
-    return load_tokenizer(source.tokenizer_dir)
+    try:
+        return load_tokenizer(source.tokenizer_dir)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; all mean "not loadable"
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # one line
+        raise SourceError(f"cannot load a tokenizer from {source.tokenizer_dir}: {reason}") from None
 
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:

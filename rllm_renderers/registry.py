@@ -364,7 +364,7 @@ def resolve(
         try:
             return _build_generated(entry, tokenizer, kwargs)
         except GeneratedRendererError as exc:
-            if not allow_fallback:
+            if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
                 raise GeneratedRendererError(
                     f"{exc}. It matches {model!r} and its tokenizer; refusing to fall back to a lower-fidelity "
                     "backend (pass allow_fallback=True to accept that)"

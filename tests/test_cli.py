@@ -125,3 +125,19 @@ def test_check_fails_on_a_stale_index(tmp_path: Path, capsys):
     (tmp_path / "_index.py").write_text("RENDERERS = {'gone': ('GoneRenderer', '0' * 64, ())}\n", encoding="utf-8")
     assert main(["check", "--dir", str(tmp_path), "--corpus", str(tmp_path)]) == 1
     assert "STALE _index.py" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_tokenizer_is_named(tmp_path: Path, capsys):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    empty = tmp_path / "no_tokenizer"
+    empty.mkdir()
+    code = main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--tokenizer", str(empty), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert f"cannot load a tokenizer from {empty}" in line
+
+
+def test_check_of_a_missing_folder_is_named(tmp_path: Path, capsys):
+    assert main(["check", "--dir", str(tmp_path / "missing")]) == 1
+    assert "is not a folder of generated renderers" in _one_error_line(capsys)

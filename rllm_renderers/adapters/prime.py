@@ -326,6 +326,6 @@ def __getattr__(name: str) -> type:
     from ..registry import generated_index
 
     for entry in generated_index():
-        if entry.cls.__name__ == name:
+        if entry.class_name == name:  # imports only this module
             return prime_renderer_class(entry.cls)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
