@@ -216,6 +216,12 @@ class GeneratedRenderer(ABC):
 
     def template_inputs(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
         """What transformers hands the template: None-valued keys dropped, reasoning aliased."""
+        if tools is not None:
+            if not isinstance(tools, (list, tuple)):
+                raise ValueError(f"tools must be a list of tool dicts, got {type(tools).__name__}")
+            for position, tool in enumerate(tools):
+                if not isinstance(tool, dict):
+                    raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
         prepared = []
         for message in self.normalize_messages(messages):
             message = {key: value for key, value in message.items() if value is not None}

@@ -55,6 +55,16 @@ def test_every_bad_field_is_named_with_its_message_index(family):
     assert named >= len(FIELDS) * len(BAD_VALUES) - 1
 
 
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize(
+    "tools, message",
+    [("x", "tools must be a list of tool dicts, got str"), ({"a": 1}, "got dict"), ([1], r"tools\[0\] must be a dict, got int")],
+)
+def test_tools_that_are_not_a_list_of_dicts_are_named(family, tools, message):
+    with pytest.raises(ValueError, match=message):
+        family.renderer_class(None).render_text([{"role": "user", "content": "Hi"}], tools=tools)
+
+
 def test_a_template_failure_names_the_message_it_was_rendering():
     base = BY_MODULE["qwen3"].renderer_class
 
