@@ -50,10 +50,24 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     assert tops == {"rllm_renderers"}
 
 
+#: source folder -> where it lands in the wheel
+LAYOUT = {"rllm_renderers": "rllm_renderers", "generated": "rllm_renderers/generated", "compiler": "rllm_renderers/compiler"}
+
+
+def test_the_wheel_ships_every_source_file(wheel):
+    """pyproject.toml lists the packages explicitly: a new subpackage must be added there."""
+    names = set(wheel.namelist())
+    shim = REPO / "rllm_renderers" / "generated" / "__init__.py"  # checkout only; generated/__init__.py ships
+    for folder, target in LAYOUT.items():
+        for path in (REPO / folder).rglob("*.py"):
+            if path == shim or "__pycache__" in path.parts:
+                continue
+            relative = path.relative_to(REPO / folder).as_posix()
+            assert f"{target}/{relative}" in names, f"{path.relative_to(REPO)} is not in the wheel"
+
+
 def test_the_wheel_ships_renderers_index_and_compiler(wheel):
     names = set(wheel.namelist())
-    for module in (REPO / "generated").glob("*.py"):
-        assert f"rllm_renderers/generated/{module.name}" in names
     assert "rllm_renderers/generated/_index.py" in names
     assert wheel.read("rllm_renderers/generated/__init__.py") == (REPO / "generated" / "__init__.py").read_bytes()
     assert {"rllm_renderers/compiler/cli.py", "rllm_renderers/compiler/__main__.py"} <= names
