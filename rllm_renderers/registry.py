@@ -4,8 +4,8 @@ Precedence (first match wins):
 
 1. ``renderer=``, an explicit override: ``"generated:<family>"``, ``"prime:<family>"``,
    ``"tinker:<name>"``, ``"fireworks:<name>"`` or ``"chat_template"``; an unprefixed name is tried
-   as a generated family (module name, class name or ``rllm_renderers.generated.<module>:<Class>``), then as a
-   ``renderers`` family, then as a tinker/Fireworks renderer name.
+   as a generated family (module name, class name or ``rllm_renderers.generated.<module>:<Class>``),
+   then as a ``renderers`` family, then as a tinker/Fireworks renderer name.
 2. A generated renderer, chosen by content: when the tokenizer carries a chat template, the one
    whose ``TEMPLATE_SHA256`` equals the template's sha256 (whatever the checkpoint is called);
    when it carries none (or ``tokenizer`` is None), the one whose ``MODEL_IDS`` include ``model``.
@@ -25,8 +25,10 @@ Precedence (first match wins):
 ``tokenizer=None`` (text-only use) admits only generated renderers. ``chat_template_kwargs``
 become constructor knobs of a generated renderer (an unknown knob is a ValueError), the typed
 config of a ``renderers`` family (an unsupported kwarg is a ValueError), and template variables
-for ``apply_chat_template``; tinker renderers take none (their variants are names), so a tinker
-match with kwargs is skipped with a warning. Nothing here touches the network.
+for ``apply_chat_template`` (a name its template never reads is a ValueError); tinker renderers
+take none (their variants are names), so a tinker match with kwargs is skipped with a warning.
+Arguments of the wrong type (a model name passed as the tokenizer, non-dict kwargs) are a
+TypeError before anything is resolved. Nothing here touches the network.
 """
 
 from __future__ import annotations
