@@ -170,3 +170,31 @@ def test_as_token_ids_rejects_float_and_2d_arrays():
     with pytest.raises(ValueError, match=r"prompt_ids\[0\]"):
         as_token_ids(["x"], "prompt_ids")
     assert as_token_ids(numpy.array([3, 4], dtype=numpy.uint16)) == [3, 4]
+
+
+def _adapters():
+    from rllm_renderers.registry import get_renderer
+
+    from .test_registry import QWEN3_TEMPLATE, tokenizer
+
+    tok = tokenizer("qwen3", QWEN3_TEMPLATE, suffix="\n")  # drifted: no generated match
+    yield "chat_template", get_renderer("acme/unknown", tok), tok
+    try:
+        import renderers  # noqa: F401
+    except ImportError:
+        return
+    yield "prime", get_renderer("Qwen/Qwen3-8B", tok, renderer="prime:qwen3"), tok
+
+
+def test_adapters_take_integer_sequences_and_refuse_the_rest():
+    numpy = pytest.importorskip("numpy")
+    checked = []
+    for name, renderer, tok in _adapters():
+        ids = tok.encode("Plain words.", add_special_tokens=False) + renderer.get_stop_token_ids()[:1]
+        expected = renderer.parse_response(ids)
+        assert "Plain words." in expected.content, name
+        assert renderer.parse_response(numpy.array(ids)) == expected, name
+        with pytest.raises(ValueError, match=r"token_ids\[1\] must be an integer, got float"):
+            renderer.parse_response([ids[0], 2.5])
+        checked.append(name)
+    assert "chat_template" in checked

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import ParsedResponse, ParsedToolCall, RenderedTokens, ToolCallParseStatus
+from ..parsing import as_token_ids
 from .bridge import cut_at_stop, valid_ids
 
 logger = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class PrimeAdapter:
 
     def parse_response(self, token_ids, *, tools=None, prompt_ids=None) -> ParsedResponse:
         vocab = len(self.tokenizer) if self.tokenizer is not None else None
-        ids = valid_ids(token_ids, vocab)
+        ids = valid_ids(as_token_ids(token_ids), vocab)  # a non-integer is a ValueError
         try:
             return _parsed(self.inner.parse_response(ids, tools=tools, prompt_ids=prompt_ids))
         except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
