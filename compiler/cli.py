@@ -48,6 +48,13 @@ def output_folder(path: Path) -> Path:
     return path
 
 
+def module_name(value: str) -> str:
+    """``--name``: a Python module name (it becomes ``<name>.py`` and the class name)."""
+    if not value.isidentifier() or not value.islower() or value.startswith("_"):
+        raise argparse.ArgumentTypeError(f"expected a lowercase Python module name such as qwen3_5, got {value!r}")
+    return value
+
+
 def add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model id, e.g. Qwen/Qwen3-8B")
     parser.add_argument("--template", type=Path, help="a Jinja chat template file to compile")
@@ -70,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate_parser = commands.add_parser("generate", help="compile, verify and write generated/<module>.py")
     add_source_options(generate_parser)
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
-    generate_parser.add_argument("--name", help="module name (default: derived from the model id)")
+    generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
     generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
 

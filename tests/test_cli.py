@@ -141,3 +141,13 @@ def test_a_folder_without_a_tokenizer_is_named(tmp_path: Path, capsys):
 def test_check_of_a_missing_folder_is_named(tmp_path: Path, capsys):
     assert main(["check", "--dir", str(tmp_path / "missing")]) == 1
     assert "is not a folder of generated renderers" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["bad-name!", "Qwen3", "_private", "3x"])
+def test_name_must_be_a_module_name(tmp_path: Path, capsys, name: str):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(tmp_path / "out"), "--name", name, *TOKENS])
+    assert exited.value.code == 2
+    assert "argument --name" in capsys.readouterr().err
