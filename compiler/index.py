@@ -15,6 +15,8 @@ from pathlib import Path
 
 import black
 
+from .errors import CompileError
+
 INDEX_FILE = "_index.py"
 
 HEADER = '''"""Index of the generated renderers: module -> (class, template sha256, model ids).
@@ -36,17 +38,23 @@ class IndexEntry:
 
 def module_entry(path: Path, code: str | None = None) -> IndexEntry:
     """The renderer class of a generated file (``code``: its text, if not yet written) and its constants."""
-    tree = ast.parse(path.read_text(encoding="utf-8") if code is None else code, filename=str(path))
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8") if code is None else code, filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise CompileError(f"{path} is not a generated renderer module ({exc})") from None
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     if len(classes) != 1:
-        raise ValueError(f"{path} should define exactly one renderer class, found {len(classes)}")
+        raise CompileError(f"{path} should define exactly one renderer class, found {len(classes)}")
     constants = {}
     for node in classes[0].body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in ("MODEL_IDS", "TEMPLATE_SHA256"):
-                constants[node.targets[0].id] = ast.literal_eval(node.value)
+                try:
+                    constants[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    raise CompileError(f"{path}: {node.targets[0].id} is not a literal") from None
     if "TEMPLATE_SHA256" not in constants or "MODEL_IDS" not in constants:
-        raise ValueError(f"{path}: class {classes[0].name} has no literal TEMPLATE_SHA256 / MODEL_IDS")
+        raise CompileError(f"{path}: class {classes[0].name} has no literal TEMPLATE_SHA256 / MODEL_IDS")
     return IndexEntry(path.stem, classes[0].name, constants["TEMPLATE_SHA256"], tuple(constants["MODEL_IDS"]))
 
 

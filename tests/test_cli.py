@@ -151,3 +151,16 @@ def test_name_must_be_a_module_name(tmp_path: Path, capsys, name: str):
         main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(tmp_path / "out"), "--name", name, *TOKENS])
     assert exited.value.code == 2
     assert "argument --name" in capsys.readouterr().err
+
+
+def test_a_foreign_python_file_in_the_output_folder_is_named(tmp_path: Path, capsys):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.py").write_text("x = 1\n", encoding="utf-8")
+    code = main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(out), "--cases", "5", *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert "notes.py should define exactly one renderer class" in line
+    assert sorted(path.name for path in out.iterdir()) == ["notes.py"]  # nothing written
