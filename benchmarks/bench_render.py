@@ -375,7 +375,7 @@ def load_family(family: Family, corpus: Path):
 
     tokenizer = load_tokenizer(corpus / "tokenizers" / family.tokenizer)
     template = (corpus / "templates" / family.template).read_text(encoding="utf-8")
-    renderer = getattr(importlib.import_module(f"generated.{family.module}"), family.class_name)(tokenizer)
+    renderer = getattr(importlib.import_module(f"rllm_renderers.generated.{family.module}"), family.class_name)(tokenizer)
     return tokenizer, template, renderer
 
 

@@ -8,7 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .emit import BLACK_MODE
 from .errors import CompileError
+from .index import INDEX_FILE, index_is_current
 from .pipeline import (
     compile_source,
     ensure_importable,
@@ -18,9 +20,39 @@ from .pipeline import (
     source_drifted,
     verify_compiled,
 )
-from .source import REPO_ROOT, read_corpus_manifest, resolve_source
+from .source import IN_CHECKOUT, REPO_ROOT, read_corpus_manifest, resolve_source
 
-GENERATED_DIR = REPO_ROOT / "generated"
+#: The checkout's generated/ folder; installed (the rllm-compile script), ./generated.
+GENERATED_DIR = REPO_ROOT / "generated" if IN_CHECKOUT else Path("generated")
+
+
+def positive_int(value: str) -> int:
+    """``--cases``: at least one generated conversation (the fixed edge cases alone prove little)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def output_folder(path: Path) -> Path:
+    """``--out``: a folder, or a path where one can be created (no file in the way)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is" if candidate == path else f"is inside {candidate}, which is"
+                raise CompileError(f"--out {path} {what} a file, not a folder")
+            break
+    return path
+
+
+def module_name(value: str) -> str:
+    """``--name``: a Python module name (it becomes ``<name>.py`` and the class name)."""
+    if not value.isidentifier() or not value.islower() or value.startswith("_"):
+        raise argparse.ArgumentTypeError(f"expected a lowercase Python module name such as qwen3_5, got {value!r}")
+    return value
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -39,25 +71,25 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m compiler", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m compiler" if IN_CHECKOUT else "rllm-compile", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate_parser = commands.add_parser("generate", help="compile, verify and write generated/<module>.py")
     add_source_options(generate_parser)
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
-    generate_parser.add_argument("--name", help="module name (default: derived from the model id)")
-    generate_parser.add_argument("--cases", type=int, default=200, help="generated conversations to verify")
+    generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
+    generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
 
     verify_parser = commands.add_parser("verify", help="check a checked-in renderer against its template")
     add_source_options(verify_parser)
     verify_parser.add_argument("--all", action="store_true", help="every corpus model with a generated renderer")
     verify_parser.add_argument("--dir", type=Path, default=GENERATED_DIR, help="where generated renderers live")
-    verify_parser.add_argument("--cases", type=int, default=200)
+    verify_parser.add_argument("--cases", type=positive_int, default=200)
     verify_parser.add_argument("--seed", type=int, default=0)
 
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
-    check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus")
+    check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
     check_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
     return parser
 
@@ -88,6 +120,7 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
 
 
 def command_generate(args: argparse.Namespace) -> int:
+    output_folder(args.out)
     source = source_from_args(args)
     path, report = generate(
         source,
@@ -149,13 +182,15 @@ def command_verify(args: argparse.Namespace) -> int:
 
 
 def command_check(args: argparse.Namespace) -> int:
+    if not args.dir.is_dir():
+        raise CompileError(f"--dir {args.dir} is not a folder of generated renderers")
     problems = 0
     files = generated_files(args.dir)
     with tempfile.TemporaryDirectory() as scratch:
         for path in files:
             renderer_class = load_generated_file(path)
             model_id = renderer_class.MODEL_IDS[0]
-            corpus = args.corpus if args.corpus.is_dir() else None
+            corpus = args.corpus if args.corpus is not None and args.corpus.is_dir() else None
             source = resolve_source(model_id, corpus=corpus, allow_hub=False)
             if source_drifted(renderer_class, source):
                 print(f"DRIFT {path.name}: the template of {model_id} changed since generation")
@@ -169,7 +204,12 @@ def command_check(args: argparse.Namespace) -> int:
                 problems += 1
             else:
                 print(f"ok {path.name}")
-    print(f"checked: {len(files) - problems}/{len(files)} up to date")
+    if not index_is_current(args.dir, BLACK_MODE):
+        print(f"STALE {INDEX_FILE}: it does not list exactly the renderers in {args.dir} (regenerate one to rewrite it)")
+        problems += 1
+    else:
+        print(f"ok {INDEX_FILE}")
+    print(f"checked: {len(files) + 1 - problems}/{len(files) + 1} up to date (renderers and index)")
     return 1 if problems else 0
 
 
@@ -181,4 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args)
     except CompileError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. an output folder that cannot be written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import black
 
 from . import __version__
 from .analysis import TemplateFacts
+from .content_format import detect_content_format
 from .probes import ProbeFacts
 from .translate import RESERVED_NAMES, TemplateNames, Translator
 
@@ -113,6 +114,7 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None 
     lines.append(f"    SPECIAL_TOKENS = {{{special}}}")
     lines.append(f"    ROLES = {tuple(facts.roles)!r}")
     lines.append(f"    TOOL_ARGUMENTS = {facts.tool_arguments!r}")
+    lines.append(f"    CONTENT_FORMAT = {detect_content_format(facts.ast)!r}")
     if turn is not None:
         lines.append(f"    TURN = {dataclass_literal(turn.turn)}")
         lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")

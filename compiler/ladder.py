@@ -95,7 +95,8 @@ def inherit(code: str, child: ModuleShape, parent: ModuleShape, inherited: list[
         drop.update(range(first - 1, last))
     kept = [line for number, line in enumerate(lines) if number not in drop]
     text = "\n".join(kept)
-    text = text.replace(BASE_IMPORT, f"from generated.{parent.module} import {parent.class_name}", 1)
+    # relative: the same line works in the checkout's generated/ and installed as rllm_renderers.generated
+    text = text.replace(BASE_IMPORT, f"from .{parent.module} import {parent.class_name}", 1)
     text = text.replace(f"class {child.class_name}(GeneratedRenderer):", f"class {child.class_name}({parent.class_name}):", 1)
     note = (
         f"    Inherits from {parent.class_name} (same code): {', '.join(sorted(inherited))}.\n"

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
+from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, parse_template, template_sha256
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
-from .errors import CompileError, VerificationError
+from .errors import CompileError, SourceError, VerificationError
+from .index import INDEX_FILE, index_source
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .probes import ProbeError, ProbeFacts, probe
 from .source import TemplateSource
@@ -51,7 +52,11 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
         return None
     from rllm_renderers.loading import load_tokenizer
 
-    return load_tokenizer(source.tokenizer_dir)
+    try:
+        return load_tokenizer(source.tokenizer_dir)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; all mean "not loadable"
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # one line
+        raise SourceError(f"cannot load a tokenizer from {source.tokenizer_dir}: {reason}") from None
 
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:
@@ -91,6 +96,7 @@ STABILITY_CASES = 150
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
     """Load the tokenizer, build the oracle and analyse the template (no emission)."""
+    parse_template(source.source, source.display_name)  # a syntax error is a CompileError naming the line
     tokenizer = load_tokenizer_for(source)
     oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
     facts = analyse(
@@ -133,9 +139,15 @@ def compile_source(
     return Compiled(source, facts, tokenizer, prepared.oracle, spec, code)
 
 
+#: The package generated modules belong to (the checkout's generated/ folder); a ladder child
+#: imports its parent relatively from it.
+GENERATED_PACKAGE = "rllm_renderers.generated"
+
+
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
     """Execute generated code as a fresh module (not registered in sys.modules)."""
-    module = types.ModuleType(f"generated.{module_name}")
+    module = types.ModuleType(f"{GENERATED_PACKAGE}.{module_name}")
+    module.__package__ = GENERATED_PACKAGE
     module.__file__ = f"<generated {module_name}>"
     exec(compile(code, module.__file__, "exec"), module.__dict__)
     return getattr(module, class_name)
@@ -143,7 +155,7 @@ def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
 
 def load_generated_file(path: Path) -> type:
     """The renderer class defined in a checked-in generated file."""
-    spec = importlib.util.spec_from_file_location(f"generated.{path.stem}", path)
+    spec = importlib.util.spec_from_file_location(f"{GENERATED_PACKAGE}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     classes = [
@@ -197,7 +209,9 @@ def generate(
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     path = out_dir / f"{compiled.spec.module}.py"
+    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code})
     write_atomically(path, compiled.code)
+    write_atomically(out_dir / INDEX_FILE, index)
     return path, report
 
 
@@ -206,7 +220,9 @@ def source_drifted(renderer_class: type, source: TemplateSource) -> bool:
 
 
 def ensure_importable() -> None:
-    """Make the repository root importable (for `generated.*` and `rllm_renderers`)."""
+    """From a checkout, make the repository root importable (for ``rllm_renderers``); installed, nothing to do."""
+    from .source import IN_CHECKOUT
+
     root = str(Path(__file__).resolve().parent.parent)
-    if root not in sys.path:
+    if IN_CHECKOUT and root not in sys.path:
         sys.path.insert(0, root)

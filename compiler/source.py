@@ -23,6 +23,8 @@ from pathlib import Path
 from .errors import SourceError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Whether the compiler runs from a source checkout (else it is installed as rllm_renderers.compiler).
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "generated").is_dir()
 OVERRIDES_DIR = REPO_ROOT / "templates_overrides"
 
 
@@ -45,6 +47,21 @@ class CorpusEntry:
     model_id: str
     template: Path
     tokenizer: Path | None
+
+
+def read_template(path: Path) -> str:
+    """The text of a template file; SourceError naming the file when it is not readable UTF-8 text."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read template file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"template file {path} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+    if "\x00" in text:
+        raise SourceError(f"template file {path} is not a text file (it contains NUL bytes)")
+    return text
 
 
 def read_corpus_manifest(corpus: Path) -> list[CorpusEntry]:
@@ -83,7 +100,7 @@ def resolve_source(
     if template is not None:
         if not template.is_file():
             raise SourceError(f"template file not found: {template}")
-        source = template.read_text(encoding="utf-8")
+        source = read_template(template)
         tokenizer_dir = tokenizer or (by_model[model_id].tokenizer if model_id in by_model else None)
         return TemplateSource(model_id, template, source, tokenizer_dir, "file", same_template_ids(model_id, source, corpus_entries))
 
@@ -94,11 +111,11 @@ def resolve_source(
         if tokenizer_dir is None and corpus and metadata.get("corpus_tokenizer"):
             tokenizer_dir = corpus / "tokenizers" / metadata["corpus_tokenizer"]
         model_ids = (model_id, *metadata.get("also_models", []))
-        return TemplateSource(model_id, override, override.read_text(encoding="utf-8"), tokenizer_dir, "override", model_ids)
+        return TemplateSource(model_id, override, read_template(override), tokenizer_dir, "override", model_ids)
 
     if model_id in by_model:
         entry = by_model[model_id]
-        source = entry.template.read_text(encoding="utf-8")
+        source = read_template(entry.template)
         return TemplateSource(
             model_id, entry.template, source, tokenizer or entry.tokenizer, "corpus", same_template_ids(model_id, source, corpus_entries)
         )
@@ -137,7 +154,7 @@ def hub_source(model_id: str, tokenizer: Path | None) -> TemplateSource:
         raise SourceError(f"could not get {model_id!r} from the Hugging Face Hub or its cache: {exc}") from None
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
-        source = jinja_file.read_text(encoding="utf-8")
+        source = read_template(jinja_file)
     else:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
         source = config.get("chat_template")

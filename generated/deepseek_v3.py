@@ -38,6 +38,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "either"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<｜end▁of▁sentence｜>", stop_tokens=("<｜end▁of▁sentence｜>",))
     REASONING = None
     TOOL_CALLS = ToolCallFormat(

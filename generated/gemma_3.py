@@ -35,6 +35,7 @@ class Gemma3Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
     ROLES = ()
     TOOL_ARGUMENTS = "either"
+    CONTENT_FORMAT = "parts"
     TURN = TurnFormat(close="<end_of_turn>", stop_tokens=("<end_of_turn>",))
     REASONING = None
     TOOL_CALLS = None

@@ -36,6 +36,7 @@ class GptOssRenderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "developer", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<|return|>", stop_tokens=("<|return|>", "<|call|>"))
     REASONING = ReasoningFormat(
         open="<|channel|>analysis<|message|>",

@@ -33,6 +33,7 @@ class Qwen25Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
     REASONING = None
     TOOL_CALLS = ToolCallFormat(

@@ -35,6 +35,7 @@ class Qwen35Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "parts"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
     REASONING = ReasoningFormat(
         open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n\n"

@@ -16,7 +16,7 @@ from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
-from .parsing import parse_text, to_parsed_response
+from .parsing import as_token_ids, decoded_prefix_lengths, parse_text, to_parsed_response, token_index_at
 from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
@@ -57,6 +57,9 @@ class GeneratedRenderer(ABC):
     ROLES: ClassVar[tuple[str, ...]] = ()
     #: How the template consumes tool-call arguments: "dict", "string" or "either".
     TOOL_ARGUMENTS: ClassVar[str] = "either"
+    #: How the template consumes message content: "string" (a list of text parts is joined) or
+    #: "parts" (OpenAI content parts, passed as given). None: not learned, content passed as given.
+    CONTENT_FORMAT: ClassVar[str | None] = None
     #: How an assistant turn ends, what follows it, and the stop tokens.
     TURN: ClassVar[TurnFormat]
     #: Reasoning markers, or None when the template does not render reasoning.
@@ -71,6 +74,8 @@ class GeneratedRenderer(ABC):
     def __init__(
         self, tokenizer: Any = None, config: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any
     ) -> None:
+        #: Built the way prime-rl builds a custom renderer: results are ``renderers``' own types.
+        self.prime_results = config is not None
         if config is not None:  # a prime-rl config object: its non-None knob fields
             knobs = {**{k: getattr(config, k) for k in self.KNOBS if getattr(config, k, None) is not None}, **knobs}
         unknown = sorted(set(knobs) - set(self.KNOBS))
@@ -114,12 +119,15 @@ class GeneratedRenderer(ABC):
     # --- inputs ---------------------------------------------------------------------
 
     def normalize_messages(self, messages: list[Message]) -> list[Message]:
-        """Validate messages and convert tool-call arguments to the form the template consumes.
+        """Validate messages and convert content and tool-call arguments to the form the template consumes.
 
-        The result is plain data; it is what the template (and the differential
-        oracle) sees. ``TOOL_ARGUMENTS`` says which form that is: ``"dict"`` parses
-        JSON-string arguments, ``"string"`` serialises dict arguments with
-        ``json.dumps(..., ensure_ascii=False)``, ``"either"`` keeps them as given.
+        The result is plain data; it is what the template (and the differential oracle) sees.
+        A field of the wrong type is a ValueError naming the message index and the field.
+        ``CONTENT_FORMAT`` says how list content (OpenAI content parts) is handled: a
+        ``"string"`` template gets its text parts joined (a non-text part is an error), a
+        ``"parts"`` template gets the list. ``TOOL_ARGUMENTS`` says which form tool-call
+        arguments take: ``"dict"`` parses JSON-string arguments, ``"string"`` serialises dict
+        arguments with ``json.dumps(..., ensure_ascii=False)``, ``"either"`` keeps them as given.
         """
         if not isinstance(messages, (list, tuple)):
             raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
@@ -129,19 +137,59 @@ class GeneratedRenderer(ABC):
                 raise ValueError(f"message {index} must be a dict, got {type(message).__name__}")
             role = message.get("role")
             if not isinstance(role, str):
-                raise ValueError(f"message {index} has no string 'role'")
+                raise ValueError(f"message {index} field 'role' must be a string, got {type(role).__name__}")
             if self.ROLES and role not in self.ROLES:
                 raise ValueError(
                     f"unknown role {role!r} in message {index}; {type(self).__name__} renders the roles "
                     + ", ".join(self.ROLES)
                 )
-            if message.get("tool_calls"):
+            for key in ("name", "tool_call_id", *REASONING_FIELDS):
+                value = message.get(key)
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"message {index} field {key!r} must be a string, got {type(value).__name__}")
+            content = message.get("content")
+            if isinstance(content, (list, tuple)):
+                message = {**message, "content": self._normalize_content_parts(content, index)}
+            elif content is not None and not isinstance(content, str):
+                raise ValueError(
+                    f"message {index} field 'content' must be a string, a list of content parts or None, "
+                    f"got {type(content).__name__}"
+                )
+            tool_calls = message.get("tool_calls")
+            if tool_calls is not None and not isinstance(tool_calls, (list, tuple)):
+                raise ValueError(f"message {index} field 'tool_calls' must be a list, got {type(tool_calls).__name__}")
+            if tool_calls:
                 message = {
                     **message,
-                    "tool_calls": [self._normalize_tool_call(call, index) for call in message["tool_calls"]],
+                    "tool_calls": [self._normalize_tool_call(call, index) for call in tool_calls],
                 }
             normalized.append(message)
         return normalized
+
+    def _normalize_content_parts(self, parts: list | tuple, message_index: int) -> Any:
+        """List content: joined text for a ``"string"`` template, the parts for a ``"parts"`` one."""
+        for position, part in enumerate(parts):
+            if not isinstance(part, (dict, str)):
+                raise ValueError(
+                    f"message {message_index} field 'content[{position}]' must be a content part dict, "
+                    f"got {type(part).__name__}"
+                )
+        if self.CONTENT_FORMAT != "string":
+            return list(parts)
+        texts = []
+        for position, part in enumerate(parts):
+            if isinstance(part, str):
+                texts.append(part)
+            elif part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = part.get("type", "untyped")
+                raise ValueError(
+                    f"message {message_index} field 'content[{position}]' is a {kind!r} part; "
+                    f"{type(self).__name__}'s template renders text only (its content is a string)"
+                )
+        # joined as PrimeIntellect's renderers join text parts (no separator)
+        return "".join(texts)
 
     def _normalize_tool_call(self, call: Any, message_index: int) -> Any:
         if not isinstance(call, dict):
@@ -168,6 +216,12 @@ class GeneratedRenderer(ABC):
 
     def template_inputs(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
         """What transformers hands the template: None-valued keys dropped, reasoning aliased."""
+        if tools is not None:
+            if not isinstance(tools, (list, tuple)):
+                raise ValueError(f"tools must be a list of tool dicts, got {type(tools).__name__}")
+            for position, tool in enumerate(tools):
+                if not isinstance(tool, dict):
+                    raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
         prepared = []
         for message in self.normalize_messages(messages):
             message = {key: value for key, value in message.items() if value is not None}
@@ -197,7 +251,11 @@ class GeneratedRenderer(ABC):
         except jinja.TemplateError:
             raise
         except Exception as exc:  # whatever Python raised where Jinja would have: the template refuses
-            raise jinja.TemplateError(f"{type(self).__name__}: the template failed on this input: {exc}") from exc
+            index = out.marks[-1][1] if out.marks else -1
+            where = f"message {index} (role {messages[index].get('role')!r})" if index >= 0 else "this conversation"
+            raise jinja.TemplateError(
+                f"{type(self).__name__}: the template cannot render {where}: {type(exc).__name__}: {exc}"
+            ) from exc
         return out
 
     def render_text(
@@ -239,13 +297,15 @@ class GeneratedRenderer(ABC):
             while span + 1 < len(spans) and spans[span + 1][0] <= offset:
                 span += 1
             message_indices.append(spans[span][1])
-        return RenderedTokens(
-            token_ids=token_ids,
-            message_indices=message_indices,
-            sampled_mask=inside_ranges(offsets, sampled_ranges),
-            is_content=inside_ranges(offsets, content_ranges),
-            message_roles=[message.get("role", "") for message in messages],
-            message_tool_names=tool_names(messages),
+        return self._result(
+            RenderedTokens(
+                token_ids=token_ids,
+                message_indices=message_indices,
+                sampled_mask=inside_ranges(offsets, sampled_ranges),
+                is_content=inside_ranges(offsets, content_ranges),
+                message_roles=[message.get("role", "") for message in messages],
+                message_tool_names=tool_names(messages),
+            )
         )
 
     def _message_ranges(self, text: str, spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
@@ -312,13 +372,19 @@ class GeneratedRenderer(ABC):
         tools: list[ToolSpec] | None = None,
         prompt_ids: list[int] | None = None,
     ) -> ParsedResponse:
-        """Content, reasoning and tool calls of a sampled turn; never raises on a list of ints."""
-        ids = [token for token in token_ids if isinstance(token, int)]
+        """Content, reasoning and tool calls of a sampled turn.
+
+        ``token_ids`` may be any sequence of integers (list, numpy array, torch tensor, ...); ids
+        outside the vocabulary are skipped. Never raises on such a sequence; anything else is a
+        ValueError. Linear in the length of the completion.
+        """
+        ids = as_token_ids(token_ids)
+        prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
         stop_ids = set(self.get_stop_token_ids())
         end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
         ids = ids[:end]
         text = self.decode(ids)
-        prompt_tail = self.decode(list(prompt_ids)[-64:]) if prompt_ids else self.generation_prompt()
+        prompt_tail = self.decode(prompt[-64:]) if prompt else self.generation_prompt()
         parsed = parse_text(
             text,
             reasoning=self.REASONING,
@@ -326,7 +392,18 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
         )
-        return to_parsed_response(parsed, lambda start, stop: self._token_span(ids, start, stop))
+        lengths = decoded_prefix_lengths(self.decode, ids) if parsed.calls else [0]
+        return self._result(
+            to_parsed_response(parsed, lambda start, stop: (token_index_at(lengths, start), token_index_at(lengths, stop)))
+        )
+
+    def _result(self, result: Any) -> Any:
+        """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""
+        if not getattr(self, "prime_results", False) or result is None:
+            return result
+        from .adapters.prime import to_prime_result
+
+        return to_prime_result(result)
 
     def _reasoning_prefilled(self, prompt_tail: str) -> bool:
         """Whether the prompt ends inside an open reasoning block (a prefilled ``<think>``)."""
@@ -338,20 +415,6 @@ class GeneratedRenderer(ABC):
             at >= 0 and reasoning.close not in prompt_tail[at:] and not prompt_tail[at + len(reasoning.open) :].strip()
         )
 
-    def _token_span(self, ids: list[int], start: int, stop: int) -> tuple[int, int]:
-        return (self._token_at(ids, start), self._token_at(ids, stop))
-
-    def _token_at(self, ids: list[int], char: int) -> int:
-        """The smallest k whose decoded prefix ``ids[:k]`` covers ``char`` characters."""
-        low, high = 0, len(ids)
-        while low < high:
-            middle = (low + high) // 2
-            if len(self.decode(ids[:middle])) >= char:
-                high = middle
-            else:
-                low = middle + 1
-        return low
-
     def bridge_to_next_turn(
         self,
         previous_prompt_ids: list[int],
@@ -362,7 +425,7 @@ class GeneratedRenderer(ABC):
     ) -> RenderedTokens | None:
         """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
         generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
-        return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
+        return self._result(bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools))
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:

@@ -11,6 +11,9 @@ or truncated calls are recorded with a status, as PrimeIntellect's ``renderers``
 from __future__ import annotations
 
 import json
+import operator
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +54,9 @@ def parse_text(
     """Parse the text of one assistant turn (without its stop token)."""
     position = 0
     reasoning_text: str | None = None
-    reasoning_complete: bool | None = True if reasoning is not None else None
+    # as PrimeIntellect's renderers: True unless the completion leaves a reasoning block open
+    # (so also True for a template without reasoning)
+    reasoning_complete = True
     if reasoning is not None:
         in_reasoning = reasoning_prefilled
         stripped = text.lstrip()
@@ -204,6 +209,58 @@ def _skip_space(text: str, position: int) -> int:
 
 def _strip_suffix(text: str, suffix: str) -> str:
     return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
+
+
+def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
+    """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
+    torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+    if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
+        raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
+    if hasattr(token_ids, "tolist"):  # numpy / torch: one conversion instead of one per element
+        token_ids = token_ids.tolist()
+        if not isinstance(token_ids, list):  # a 0-d array
+            raise ValueError(f"{what} must be a sequence of integers, got a scalar")
+    ids = []
+    for index, token in enumerate(token_ids):
+        if isinstance(token, bool) or not hasattr(token, "__index__"):
+            raise ValueError(f"{what}[{index}] must be an integer, got {type(token).__name__} {token!r}")
+        ids.append(operator.index(token))
+    return ids
+
+
+def decoded_prefix_lengths(decode: Callable[[Sequence[int]], str], ids: list[int]) -> list[int]:
+    """``lengths[k] == len(decode(ids[:k]).rstrip("\ufffd"))`` for every ``k``, in linear time.
+
+    Incremental detokenization: ``ids[:read]`` is known to decode to ``emitted`` characters with
+    no incomplete character at its end, and each step decodes only the window
+    ``ids[window_start:k]`` (about two chunks), so the pass is linear in ``len(ids)``. A trailing
+    incomplete character (U+FFFD) is not counted, as in the definition. Windowed decoding agrees
+    with decoding the whole prefix for byte-level and SentencePiece decoders; should a decoder
+    disagree, the lengths are recomputed prefix by prefix (exact, quadratic) rather than returned
+    wrong.
+    """
+    lengths = [0]
+    emitted = 0
+    window_start = read = 0
+    before = ""  # decode(ids[window_start:read])
+    for k in range(1, len(ids) + 1):
+        after = decode(ids[window_start:k])
+        if not after.startswith(before):
+            break
+        complete = after.rstrip("\ufffd")
+        lengths.append(emitted + max(len(complete) - len(before), 0))
+        if len(complete) == len(after) and len(after) > len(before):
+            emitted += len(after) - len(before)
+            window_start, read = read, k
+            before = decode(ids[window_start:read])
+    if len(lengths) != len(ids) + 1 or lengths[-1] != len(decode(ids).rstrip("\ufffd")):
+        lengths = [len(decode(ids[:k]).rstrip("\ufffd")) for k in range(len(ids) + 1)]
+    return lengths
+
+
+def token_index_at(lengths: list[int], char: int) -> int:
+    """The smallest ``k`` whose prefix ``ids[:k]`` has produced ``char`` characters."""
+    return min(bisect_left(lengths, char), len(lengths) - 1)
 
 
 def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:

@@ -4,13 +4,18 @@ Precedence (first match wins):
 
 1. ``renderer=``, an explicit override: ``"generated:<family>"``, ``"prime:<family>"``,
    ``"tinker:<name>"``, ``"fireworks:<name>"`` or ``"chat_template"``; an unprefixed name is tried
-   as a generated family (module name, class name or ``generated.<module>:<Class>``), then as a
-   ``renderers`` family, then as a tinker/Fireworks renderer name.
+   as a generated family (module name, class name or ``rllm_renderers.generated.<module>:<Class>``),
+   then as a ``renderers`` family, then as a tinker/Fireworks renderer name.
 2. A generated renderer, chosen by content: when the tokenizer carries a chat template, the one
    whose ``TEMPLATE_SHA256`` equals the template's sha256 (whatever the checkpoint is called);
    when it carries none (or ``tokenizer`` is None), the one whose ``MODEL_IDS`` include ``model``.
+   The candidates come from the static index the compiler writes beside the generated modules
+   (``rllm_renderers.generated._index``), so resolution imports only the module it uses.
    Drift guard: a ``model`` listed by a generated renderer whose tokenizer template hashes
    differently logs a warning naming both hashes and falls through.
+   A generated renderer that matches but cannot be imported or built is an error, not a silent
+   change of tokens: ``allow_fallback=True`` lets resolution continue down this list instead,
+   with an error-level log.
 3. PrimeIntellect's ``renderers``: an exact match in its static model map.
 4. A tinker-cookbook renderer (the cookbooks' recommended name for ``model``, Fireworks' first
    when ``training.renderer`` imports), behind :class:`~rllm_renderers.adapters.tinker.TinkerAdapter`.
@@ -20,8 +25,10 @@ Precedence (first match wins):
 ``tokenizer=None`` (text-only use) admits only generated renderers. ``chat_template_kwargs``
 become constructor knobs of a generated renderer (an unknown knob is a ValueError), the typed
 config of a ``renderers`` family (an unsupported kwarg is a ValueError), and template variables
-for ``apply_chat_template``; tinker renderers take none (their variants are names), so a tinker
-match with kwargs is skipped with a warning. Nothing here touches the network.
+for ``apply_chat_template`` (a name its template never reads is a ValueError); tinker renderers
+take none (their variants are names), so a tinker match with kwargs is skipped with a warning.
+Arguments of the wrong type (a model name passed as the tokenizer, non-dict kwargs) are a
+TypeError before anything is resolved. Nothing here touches the network.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import pkgutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +44,29 @@ from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, templ
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GeneratedEntry", "Resolution", "ResolutionError", "SOURCES", "generated_index", "get_renderer", "resolve"]
+__all__ = [
+    "GeneratedEntry",
+    "GeneratedRendererError",
+    "Resolution",
+    "ResolutionError",
+    "SOURCES",
+    "generated_index",
+    "get_renderer",
+    "resolve",
+]
 
 SOURCES = ("generated", "prime", "tinker", "chat_template")
-GENERATED_PACKAGE = "generated"
+GENERATED_PACKAGE = "rllm_renderers.generated"
+#: The module (inside the generated package) holding the index the compiler writes.
+INDEX_MODULE = "_index"
 
 
 class ResolutionError(LookupError):
     """No renderer qualifies for this model / tokenizer / override."""
+
+
+class GeneratedRendererError(ResolutionError):
+    """A generated renderer matches, but it cannot be imported or built (or the index is stale)."""
 
 
 @dataclass(frozen=True)
@@ -61,59 +83,72 @@ class Resolution:
 
 @dataclass(frozen=True)
 class GeneratedEntry:
-    """One generated renderer class, as found in the ``generated`` package."""
+    """One generated renderer, as listed in the index; ``cls`` imports its module on first use."""
 
     family: str  # the module name, e.g. "qwen3"
-    cls: type
+    class_name: str
+    sha256: str
+    model_ids: tuple[str, ...]
+    package: str = GENERATED_PACKAGE
 
     @property
     def import_path(self) -> str:
-        return f"{self.cls.__module__}:{self.cls.__name__}"
+        return f"{self.package}.{self.family}:{self.class_name}"
 
     @property
-    def model_ids(self) -> tuple[str, ...]:
-        return tuple(self.cls.MODEL_IDS)
-
-    @property
-    def sha256(self) -> str:
-        return self.cls.TEMPLATE_SHA256
+    def cls(self) -> type:
+        """The renderer class (imports this one module; GeneratedRendererError when it cannot)."""
+        return _load_class(self)
 
     def matches(self, name: str) -> bool:
-        return name in (self.family, self.cls.__name__, self.import_path)
+        return name in (self.family, self.class_name, self.import_path)
 
 
 @functools.lru_cache(maxsize=None)
 def generated_index(package: str = GENERATED_PACKAGE) -> tuple[GeneratedEntry, ...]:
-    """Every generated renderer class in ``package``, sorted by module name (cached).
+    """Every generated renderer listed in ``package``'s index, sorted by module name (cached).
 
-    A module that fails to import is skipped with a warning; ``generated_index.cache_clear()``
-    rescans.
+    Reads the index only: no renderer module is imported. A package without an index is a
+    GeneratedRendererError (regenerate, or run ``python -m compiler check``);
+    ``generated_index.cache_clear()`` re-reads it.
     """
-    from .base import GeneratedRenderer
-
     try:
-        root = importlib.import_module(package)
-    except ImportError:
-        logger.warning("no generated renderers: package %r is not importable", package)
-        return ()
-    entries = []
-    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda info: info.name):
-        if info.ispkg or info.name.startswith("_"):
-            continue
-        try:
-            module = importlib.import_module(f"{package}.{info.name}")
-        except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others
-            logger.warning("skipping generated renderer module %s.%s: %s", package, info.name, exc)
-            continue
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, GeneratedRenderer)
-                and value.__module__ == module.__name__
-                and value.TEMPLATE_SHA256
-            ):
-                entries.append(GeneratedEntry(family=info.name, cls=value))
-    return tuple(entries)
+        index = importlib.import_module(f"{package}.{INDEX_MODULE}")
+    except ModuleNotFoundError as exc:
+        if exc.name == package or (exc.name and package.startswith(exc.name + ".")):
+            logger.warning("no generated renderers: package %r is not importable", package)
+            return ()
+        raise GeneratedRendererError(
+            f"{package} has no index ({package}.{INDEX_MODULE}); regenerate a renderer with the compiler "
+            "(python -m compiler generate) to write it"
+        ) from None
+    return tuple(
+        GeneratedEntry(family, class_name, sha256, tuple(model_ids), package)
+        for family, (class_name, sha256, model_ids) in sorted(index.RENDERERS.items())
+    )
+
+
+_class_cache: dict[GeneratedEntry, type] = {}
+
+
+def _load_class(entry: GeneratedEntry) -> type:
+    if entry in _class_cache:
+        return _class_cache[entry]
+    module_name = f"{entry.package}.{entry.family}"
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, entry.class_name)
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the caller must hear of it
+        raise GeneratedRendererError(
+            f"generated renderer {entry.import_path} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
+    if getattr(cls, "TEMPLATE_SHA256", None) != entry.sha256:
+        raise GeneratedRendererError(
+            f"the generated index is stale: it lists {entry.import_path} with template sha256 {entry.sha256}, "
+            f"the class says {getattr(cls, 'TEMPLATE_SHA256', None)}; run python -m compiler check"
+        )
+    _class_cache[entry] = cls
+    return cls
 
 
 def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | None:
@@ -140,7 +175,24 @@ def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | 
 
 
 def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
-    return Resolution(entry.cls(tokenizer, **kwargs), "generated", entry.family)
+    """The renderer of ``entry``; GeneratedRendererError when it cannot be imported or built.
+
+    An unknown knob is the caller's mistake, not the renderer's: it stays a ValueError.
+    """
+    cls = entry.cls
+    unknown = sorted(set(kwargs) - set(cls.KNOBS))
+    if unknown:
+        raise ValueError(
+            f"unknown template knob {unknown[0]!r} for {entry.class_name}; "
+            f"the template reads these knobs: {', '.join(cls.KNOBS) or 'none'}"
+        )
+    try:
+        renderer = cls(tokenizer, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        raise GeneratedRendererError(
+            f"generated renderer {entry.import_path} could not be built for this tokenizer: {exc}"
+        ) from exc
+    return Resolution(renderer, "generated", entry.family)
 
 
 # --- the other backends ---------------------------------------------------------------------
@@ -266,20 +318,60 @@ def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any])
 # --- the entry points -------------------------------------------------------------------
 
 
+def _check_arguments(model: Any, tokenizer: Any, renderer: Any, chat_template_kwargs: Any) -> dict[str, Any]:
+    """Wrong argument types fail here, naming the argument, rather than at the first render."""
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a model id string, got {type(model).__name__} {model!r}")
+    if tokenizer is not None and not (
+        callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))
+    ):
+        raise TypeError(
+            f"tokenizer must be a tokenizer object (e.g. rllm_renderers.loading.load_tokenizer(folder) or "
+            f"transformers.AutoTokenizer.from_pretrained(...)) or None, got {type(tokenizer).__name__} {tokenizer!r:.80}"
+        )
+    if renderer is not None and not isinstance(renderer, str):
+        raise TypeError(f"renderer must be a string such as 'generated:qwen3', got {type(renderer).__name__}")
+    if chat_template_kwargs is None:
+        return {}
+    if not isinstance(chat_template_kwargs, Mapping):
+        raise TypeError(
+            "chat_template_kwargs must be a dict of template variables (e.g. {'enable_thinking': False}), "
+            f"got {type(chat_template_kwargs).__name__} {chat_template_kwargs!r:.80}"
+        )
+    bad = [key for key in chat_template_kwargs if not isinstance(key, str) or not key.isidentifier()]
+    if bad:
+        raise TypeError(f"chat_template_kwargs keys must be variable names, got {bad[0]!r}")
+    return dict(chat_template_kwargs)
+
+
 def resolve(
     model: str,
     tokenizer: Any,
     *,
     renderer: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    allow_fallback: bool = False,
 ) -> Resolution:
-    """Choose the renderer for ``model`` / ``tokenizer`` (see the module docstring for the order)."""
-    kwargs = dict(chat_template_kwargs or {})
+    """Choose the renderer for ``model`` / ``tokenizer`` (see the module docstring for the order).
+
+    ``allow_fallback=True``: a generated renderer that matches but cannot be imported or built
+    is logged as an error and resolution continues with the other backends (a change of
+    tokens: only for callers that prefer some renderer to none).
+    """
+    kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs)
     if renderer is not None:
         return _explicit(renderer, model, tokenizer, kwargs)
     entry = _generated_by_content(model, chat_template_of(tokenizer))
     if entry is not None:
-        return _build_generated(entry, tokenizer, kwargs)
+        try:
+            return _build_generated(entry, tokenizer, kwargs)
+        except GeneratedRendererError as exc:
+            if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
+                raise GeneratedRendererError(
+                    f"{exc}. It matches {model!r} and its tokenizer; refusing to fall back to a lower-fidelity "
+                    "backend (pass allow_fallback=True to accept that)"
+                ) from exc
+            logger.error("DOWNGRADE for %s: %s; allow_fallback=True, trying the other backends", model, exc)
     if tokenizer is None:
         raise ResolutionError(
             f"no generated renderer lists {model!r}; without a tokenizer only generated renderers qualify "
@@ -298,6 +390,9 @@ def get_renderer(
     *,
     renderer: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    allow_fallback: bool = False,
 ) -> Any:
     """``resolve(...).renderer``."""
-    return resolve(model, tokenizer, renderer=renderer, chat_template_kwargs=chat_template_kwargs).renderer
+    return resolve(
+        model, tokenizer, renderer=renderer, chat_template_kwargs=chat_template_kwargs, allow_fallback=allow_fallback
+    ).renderer

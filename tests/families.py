@@ -24,7 +24,7 @@ class Family:
 
     @property
     def renderer_class(self) -> type:
-        return getattr(importlib.import_module(f"generated.{self.module}"), self.class_name)
+        return getattr(importlib.import_module(f"rllm_renderers.generated.{self.module}"), self.class_name)
 
     def template_source(self) -> str:
         return corpus_path("templates", self.template_file).read_text(encoding="utf-8")

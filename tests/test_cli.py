@@ -31,7 +31,9 @@ def test_generate_writes_a_verified_module(tmp_path: Path, capsys):
     assert code == 0, printed
     assert (out / "tiny.py").is_file()
     assert "verified: text: " in printed and str(out / "tiny.py") in printed
-    assert [path.name for path in out.iterdir()] == ["tiny.py"]  # no temporary left behind
+    assert sorted(path.name for path in out.iterdir()) == ["_index.py", "tiny.py"]  # no temporary left behind
+    index = (out / "_index.py").read_text(encoding="utf-8")
+    assert "'tiny': (" in index.replace('"', "'") and "test/tiny-chat" in index
 
 
 def test_untranslatable_template_writes_nothing_and_names_the_construct(tmp_path: Path, capsys):
@@ -61,3 +63,104 @@ def test_unknown_model_without_any_source_is_a_clear_error(capsys):
     code = main(["generate", "--model", "nobody/no-such-model", "--offline"])
     assert code == 1
     assert "no template for 'nobody/no-such-model'" in capsys.readouterr().err
+
+
+# --- bad input: one `error:` line naming the file, never a traceback ------------------------------
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return lines[0]
+
+
+def test_a_template_syntax_error_names_the_file_and_line(tmp_path: Path, capsys):
+    template = tmp_path / "broken.jinja"
+    template.write_text("{% for m in messages %}\n{{ m.content }\n{% endfor %}", encoding="utf-8")
+    code = main(["generate", "--model", "test/broken", "--template", str(template), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert "broken.jinja:2:" in line and "does not parse" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_binary_template_file_is_named(tmp_path: Path, capsys):
+    template = tmp_path / "blob.jinja"
+    template.write_bytes(bytes(range(128, 256)) * 3)
+    code = main(["generate", "--model", "test/blob", "--template", str(template), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert str(template) in line and "not UTF-8 text" in line
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_out_pointing_at_a_file_is_named(tmp_path: Path, capsys, inside: bool):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("x", encoding="utf-8")
+    out = blocker / "sub" if inside else blocker
+    code = main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(out), *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert f"--out {out}" in line and "a file, not a folder" in line
+    assert blocker.read_text(encoding="utf-8") == "x"
+
+
+@pytest.mark.parametrize("cases", ["0", "-5", "many"])
+def test_cases_must_be_a_positive_number(tmp_path: Path, capsys, cases: str):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(out), "--cases", cases, *TOKENS])
+    assert exited.value.code == 2
+    assert "argument --cases" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_check_fails_on_a_stale_index(tmp_path: Path, capsys):
+    (tmp_path / "_index.py").write_text("RENDERERS = {'gone': ('GoneRenderer', '0' * 64, ())}\n", encoding="utf-8")
+    assert main(["check", "--dir", str(tmp_path), "--corpus", str(tmp_path)]) == 1
+    assert "STALE _index.py" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_tokenizer_is_named(tmp_path: Path, capsys):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    empty = tmp_path / "no_tokenizer"
+    empty.mkdir()
+    code = main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--tokenizer", str(empty), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert f"cannot load a tokenizer from {empty}" in line
+
+
+def test_check_of_a_missing_folder_is_named(tmp_path: Path, capsys):
+    assert main(["check", "--dir", str(tmp_path / "missing")]) == 1
+    assert "is not a folder of generated renderers" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["bad-name!", "Qwen3", "_private", "3x"])
+def test_name_must_be_a_module_name(tmp_path: Path, capsys, name: str):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(tmp_path / "out"), "--name", name, *TOKENS])
+    assert exited.value.code == 2
+    assert "argument --name" in capsys.readouterr().err
+
+
+def test_a_foreign_python_file_in_the_output_folder_is_named(tmp_path: Path, capsys):
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.py").write_text("x = 1\n", encoding="utf-8")
+    code = main(["generate", "--model", "test/tiny-chat", "--template", str(template), "--out", str(out), "--cases", "5", *TOKENS])
+    assert code == 1
+    line = _one_error_line(capsys)
+    assert "notes.py should define exactly one renderer class" in line
+    assert sorted(path.name for path in out.iterdir()) == ["notes.py"]  # nothing written

@@ -53,7 +53,7 @@ def test_identical_methods_are_inherited_from_an_earlier_root_class(tmp_path: Pa
     (tmp_path / "fam_1.py").write_text(module("fam_1", "Fam1Renderer"), encoding="utf-8")
     # same role method at other template lines, different render_template
     child = with_ladder("fam_2", module("fam_2", "Fam2Renderer", marker="y", lines=(5, 11)), tmp_path, BLACK_MODE)
-    assert "from generated.fam_1 import Fam1Renderer" in child
+    assert "from .fam_1 import Fam1Renderer" in child
     assert "class Fam2Renderer(Fam1Renderer):" in child
     assert "def render_user" not in child and "def render_template" in child
     assert "Inherits from Fam1Renderer (same code): render_user." in child

@@ -83,7 +83,7 @@ def test_generated_index_is_scanned_and_cached():
     by_family = {entry.family: entry for entry in entries}
     assert {"qwen3", "llama_3_1", "deepseek_v3", "gpt_oss"} <= set(by_family)
     qwen3 = by_family["qwen3"]
-    assert qwen3.import_path == "generated.qwen3:Qwen3Renderer"
+    assert qwen3.import_path == "rllm_renderers.generated.qwen3:Qwen3Renderer"
     assert qwen3.sha256 == QWEN3_SHA and "Qwen/Qwen3-8B" in qwen3.model_ids
 
 
@@ -186,7 +186,7 @@ def test_no_template_and_no_match_is_a_clear_error():
         ("qwen3", "qwen3", "generated", "qwen3"),
         ("generated:llama_3_1", "llama31", "generated", "llama_3_1"),
         ("Llama32Renderer", "llama31", "generated", "llama_3_2"),
-        ("generated.deepseek_v3:DeepseekV3Renderer", "dsv3", "generated", "deepseek_v3"),
+        ("rllm_renderers.generated.deepseek_v3:DeepseekV3Renderer", "dsv3", "generated", "deepseek_v3"),
         ("chat_template", "qwen3", "chat_template", "chat_template"),
     ],
 )
@@ -385,7 +385,7 @@ def test_prime_rl_loads_generated_renderers_by_import_path():
     needs("renderers")
     from renderers import CustomRendererConfig, create_renderer, load_target
 
-    assert load_target("generated.qwen3:Qwen3Renderer").__name__ == "Qwen3Renderer"
+    assert load_target("rllm_renderers.generated.qwen3:Qwen3Renderer").__name__ == "Qwen3Renderer"
     tok = tokenizer("qwen3")
     config = CustomRendererConfig(import_path="rllm_renderers.adapters.prime:Qwen3Renderer", enable_thinking=False)
     renderer = create_renderer(tok, config)
@@ -403,9 +403,9 @@ def test_prime_custom_config_loads_a_generated_class_by_its_own_import_path(qwen
     renderers = pytest.importorskip("renderers")
     from renderers.configs import CustomRendererConfig
 
-    from generated.qwen3 import Qwen3Renderer
+    from rllm_renderers.generated.qwen3 import Qwen3Renderer
 
-    config = CustomRendererConfig(import_path="generated.qwen3.Qwen3Renderer", enable_thinking=False)
+    config = CustomRendererConfig(import_path="rllm_renderers.generated.qwen3.Qwen3Renderer", enable_thinking=False)
     renderer = renderers.create_renderer(qwen3_tokenizer_for_custom, config)
     assert type(renderer) is Qwen3Renderer
     messages = [{"role": "user", "content": "hi"}]

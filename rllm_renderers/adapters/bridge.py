@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..parsing import as_token_ids
 from ..turns import cut_at_stop, tool_names, valid_ids
 from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
@@ -199,7 +200,7 @@ class BridgedAdapter(ABC):
     ) -> ParsedResponse:
         """The backend's parse of the completion; never raises (ids outside the vocabulary are
         dropped, and a parser failure yields the best-effort decoded text as content)."""
-        ids = valid_ids(token_ids, self.vocab_size)
+        ids = valid_ids(as_token_ids(token_ids), self.vocab_size)  # a non-integer is a ValueError
         try:
             return self._parse(ids, tools)
         except Exception as exc:  # noqa: BLE001 - the contract is "never raises"

@@ -10,6 +10,7 @@ unknown. ``resolve`` logs a warning whenever it falls back to this adapter.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from ..types import Message, ParsedResponse, ToolSpec
@@ -18,6 +19,27 @@ from .bridge import BridgedAdapter
 __all__ = ["ChatTemplateAdapter", "chat_template_of", "template_sha256"]
 
 _NEEDLE = "Zebra quartz"
+
+#: Names ``apply_chat_template`` binds itself (its own parameters and the variables it passes).
+RESERVED_KWARGS = frozenset(
+    {
+        "conversation", "messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+        "chat_template", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+        "return_assistant_tokens_mask", "tokenizer_kwargs",
+    }
+)  # fmt: skip
+
+
+def check_template_kwargs(template: str, kwargs: dict[str, Any]) -> None:
+    """Refuse kwargs the template cannot read: a name absent from its source, or one that
+    ``apply_chat_template`` would take as its own argument instead of passing it on."""
+    for name in kwargs:
+        if name in RESERVED_KWARGS:
+            raise ValueError(
+                f"chat_template_kwargs {name!r} is an argument of apply_chat_template / render, not a template variable"
+            )
+        if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", template):
+            raise ValueError(f"unknown chat_template_kwargs {name!r}: the tokenizer's chat template never reads it")
 
 
 def chat_template_of(tokenizer: Any) -> str | None:
@@ -40,6 +62,7 @@ class ChatTemplateAdapter(BridgedAdapter):
         super().__init__()
         if chat_template_of(tokenizer) is None:
             raise ValueError("the tokenizer has no chat_template; ChatTemplateAdapter has nothing to render with")
+        check_template_kwargs(chat_template_of(tokenizer), template_kwargs)
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs)
         self.vocab_size = len(tokenizer)
@@ -120,7 +143,7 @@ class ChatTemplateAdapter(BridgedAdapter):
         if "<think>" in text:
             before, reasoning = text.split("<think>", 1)
             return ParsedResponse(content=before, reasoning_content=reasoning.strip("\n"), reasoning_complete=False)
-        return ParsedResponse(content=text, reasoning_complete=None)
+        return ParsedResponse(content=text, reasoning_complete=True)  # no reasoning block left open
 
     def _decode_lenient(self, ids: list[int]) -> str:
         try:

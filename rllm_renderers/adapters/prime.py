@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import ParsedResponse, ParsedToolCall, RenderedTokens, ToolCallParseStatus
+from ..parsing import as_token_ids
 from .bridge import cut_at_stop, valid_ids
 
 logger = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class PrimeAdapter:
 
     def parse_response(self, token_ids, *, tools=None, prompt_ids=None) -> ParsedResponse:
         vocab = len(self.tokenizer) if self.tokenizer is not None else None
-        ids = valid_ids(token_ids, vocab)
+        ids = valid_ids(as_token_ids(token_ids), vocab)  # a non-integer is a ValueError
         try:
             return _parsed(self.inner.parse_response(ids, tools=tools, prompt_ids=prompt_ids))
         except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
@@ -256,7 +257,7 @@ def config_class_for(generated_cls: type) -> type:
     """A ``renderers`` config class whose fields are ``generated_cls``'s template knobs (None: unset).
 
     ``GeneratedRenderer.config_class`` returns it, so prime-rl's ``custom`` renderer config can
-    load a generated class by its own import path (``generated.qwen3.Qwen3Renderer``).
+    load a generated class by its own import path (``rllm_renderers.generated.qwen3.Qwen3Renderer``).
     """
     from renderers.configs import BaseRendererConfig
 
@@ -279,6 +280,41 @@ def config_class_for(generated_cls: type) -> type:
         return _prime_classes[generated_cls]
 
 
+def to_prime_result(result: RenderedTokens | ParsedResponse) -> Any:
+    """Our ``RenderedTokens`` / ``ParsedResponse`` as ``renderers``' own dataclasses (field by field).
+
+    A generated renderer built as prime-rl builds a custom renderer (``cls(tokenizer, config)``)
+    returns these, so prime-rl's ``isinstance`` checks hold.
+    """
+    import dataclasses
+
+    from renderers import base as prime
+
+    if isinstance(result, (prime.RenderedTokens, prime.ParsedResponse)):
+        return result
+    if isinstance(result, RenderedTokens):
+        return prime.RenderedTokens(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
+    if isinstance(result, ParsedResponse):
+        calls = [
+            prime.ParsedToolCall(
+                raw=call.raw,
+                name=call.name,
+                arguments=call.arguments,
+                token_span=call.token_span,
+                status=prime.ToolCallParseStatus(str(call.status)),
+                id=call.id,
+            )
+            for call in result.tool_calls
+        ]
+        return prime.ParsedResponse(
+            content=result.content,
+            reasoning_content=result.reasoning_content,
+            tool_calls=calls,
+            reasoning_complete=result.reasoning_complete,
+        )
+    raise TypeError(f"no renderers type for {type(result).__name__}")
+
+
 def prime_renderer_class(generated_cls: type) -> type:
     """The generated class itself: it has ``config_class`` and a ``(tokenizer, config)`` constructor."""
     return generated_cls
@@ -291,6 +327,6 @@ def __getattr__(name: str) -> type:
     from ..registry import generated_index
 
     for entry in generated_index():
-        if entry.cls.__name__ == name:
+        if entry.class_name == name:  # imports only this module
             return prime_renderer_class(entry.cls)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
