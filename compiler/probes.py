@@ -282,15 +282,24 @@ class Prober:
         value_to_key = single[value_a + len(VALUE_A) : key_b]
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
         # Several splits can fit; the natural one starts the parameter tag after the whitespace.
+        # The natural one starts the parameter tag after whitespace, the last such split that also
+        # ends the last parameter consistently (`<p name="k">` must not split at `name=`).
         shared = common_suffix(name_to_key, value_to_key)
         splits = range(len(name_to_key) - len(shared), len(name_to_key))
         natural = [i for i in splits if i > 0 and name_to_key[i - 1].isspace() and not name_to_key[i].isspace()]
-        split = natural[-1] if natural else splits[0] if splits else len(name_to_key)
+        after_last_value = single[value_b + len(VALUE_B) :]
+
+        def consistent(split: int) -> bool:
+            parameter_start = name_to_key[split:]
+            parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
+            return bool(parameter_start) and after_last_value.startswith(parameter_end)
+
+        candidates = [*reversed(natural), *splits[:1]]
+        split = next((i for i in candidates if consistent(i)), None)
+        if split is None:
+            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         name_end, parameter_start = name_to_key[:split], name_to_key[split:]
         parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
-        after_last_value = single[value_b + len(VALUE_B) :]
-        if not parameter_start or not after_last_value.startswith(parameter_end):
-            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         after_single = after_last_value[len(parameter_end) :]
         after_first_in_double = None
         if double is not None and VALUE_A in double:
