@@ -169,10 +169,10 @@ class Prober:
         between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
         open_marker, after_open = split_trailing_space(before)
         if not open_marker.strip():
-            # the generation prompt already opened the reasoning block (a prefilled <think>)
-            open_marker, after_open = split_trailing_space(
-                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :]
-            )
+            # the generation prompt already opened the reasoning block (a prefilled <think>); a template
+            # without a generation flag (DeepSeek-V4) writes it after every trailing user turn
+            prefill = prompt[len(common_prefix(prompt, self.render([USER]) or "")) :] or self.renderer.generation_prompt()
+            open_marker, after_open = split_trailing_space(prefill)
             open_marker = last_marker(open_marker, self.added_tokens)
         before_close, close_and_after = split_leading_space(between)
         # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
@@ -181,6 +181,7 @@ class Prober:
         content_start = plain[: plain.index(CONTENT)] if CONTENT in plain else ""
         if (
             content_start
+            and len(close_and_after) > len(content_start)  # else the content start is the close itself
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
@@ -311,9 +312,21 @@ class Prober:
             name_end=name_end,
             parameter_start=parameter_start,
             parameter_value=parameter_value,
+            parameter_value_json=self.json_parameter_value(parameter_value),
             parameter_end=parameter_end,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
+
+    def json_parameter_value(self, parameter_value: str) -> str:
+        """The key-to-value text before a non-string value, when the template marks JSON values
+        differently (``string="false"``); "" when it writes the same as for a string."""
+        number = 424242
+        typed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: number}, "c1")])
+        if typed is None or KEY_A not in typed or str(number) not in typed:
+            return ""
+        key_a = typed.index(KEY_A, typed.index(FIRST_TOOL))
+        separator = typed[key_a + len(KEY_A) : typed.index(str(number), key_a)]
+        return separator if separator != parameter_value else ""
 
     def call_boundaries(
         self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
@@ -329,11 +342,16 @@ class Prober:
         block_and_start = before_name[len(common_prefix(lead, before_name)) :]
         call_end = strip_closing(after_single, self.close_candidates())
         if after_first_in_double is not None:
-            call_end = common_prefix(call_end, after_first_in_double)
+            shared_end = common_prefix(call_end, after_first_in_double)
+            # calls sharing one block (DeepSeek-V4: `</invoke>\n<invoke` vs `</invoke>\n</tool_calls>`)
+            # agree on part of the next tag; the call ends before the whitespace in front of it
+            call_end = shared_end if shared_end == call_end else before_partial_tag(shared_end)
         if double is None:
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
+        if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace():
+            call_start = after_partial_tag(call_start)  # `>\n<invoke name="` -> `<invoke name="`
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = ""
         if CONTENT in double:
@@ -373,7 +391,7 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         reasoning=reasoning,
         tool_calls=tools,
         notes=tuple(prober.notes),
-        generation_prompt=prompt[len(base) :] if prompt.startswith(base) else "",
+        generation_prompt=(prompt[len(base) :] if prompt.startswith(base) else "") or renderer.generation_prompt(),
     )
 
 
@@ -392,6 +410,22 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def before_partial_tag(text: str) -> str:
+    """``text`` without a trailing fragment that follows its last whitespace (and that whitespace)."""
+    cut = max(text.rfind(space) for space in " \t\r\n")
+    return text[:cut].rstrip() if cut > 0 and not text[-1].isspace() and text[:cut].strip() else text
+
+
+def after_partial_tag(text: str) -> str:
+    """``text`` without a leading fragment that precedes its first whitespace (and that whitespace)."""
+    stripped = text.lstrip()
+    if text[:1].isspace() or not any(space in text for space in " \t\r\n"):
+        return text
+    at = min(at for at in (text.find(space) for space in " \t\r\n") if at >= 0)
+    rest = text[at:].lstrip()
+    return rest if rest and stripped else text
 
 
 def split_trailing_space(text: str) -> tuple[str, str]:
