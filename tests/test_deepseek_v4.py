@@ -251,3 +251,42 @@ def test_case_features_name_what_the_report_tallies():
     } <= features
     in_order = case_features(Case(messages[:3] + messages[4:] + messages[3:4]))
     assert "tool results out of call order" not in in_order
+
+
+# --- the CLI: --oracle, the override's own oracle, clear errors ---------------------------------
+
+
+def test_verify_checks_an_override_against_its_own_oracle_by_either_model_id(encoder, capsys):
+    from compiler.cli import main
+
+    corpus = str(corpus_path())
+    assert main(["verify", "--model", "deepseek-ai/DeepSeek-V4-Pro", "--corpus", corpus, "--cases", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "deepseek_v4.py (deepseek-ai/DeepSeek-V4-Pro): text: " in printed
+    assert "deepseek_v4.py against deepseek-encoder:v4: text: " in printed
+
+
+def test_verify_against_a_disagreeing_oracle_lists_the_features_of_the_differences(encoder, capsys):
+    from compiler.cli import main
+
+    corpus = str(corpus_path())
+    code = main(["verify", "--model", "deepseek-ai/DeepSeek-V3", "--corpus", corpus, "--cases", "5", "--oracle", "deepseek-encoder:v4"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "deepseek_v3.py against deepseek-encoder:v4: text: 0/" in printed
+    assert "differing cases: " in printed and "features of the differing cases:" in printed
+    assert "smallest failing conversation:" in printed
+
+
+def test_oracle_names_and_missing_oracle_code_are_clear_errors(monkeypatch, tmp_path, capsys):
+    from compiler.cli import main
+    from compiler.errors import CompileError
+
+    with pytest.raises(CompileError, match="unknown oracle 'nope'; the oracles are: deepseek-encoder:v4"):
+        load_oracle("nope")
+    monkeypatch.setenv("RLLM_ORACLES", str(tmp_path))
+    with pytest.raises(OracleUnavailable, match=f"oracle code not found at {tmp_path}"):
+        load_oracle("deepseek-encoder:v4")
+    code = main(["verify", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--corpus", str(corpus_path()), "--cases", "0"])
+    assert code == 1
+    assert "cannot check against deepseek-encoder:v4: oracle code not found" in capsys.readouterr().out
