@@ -1,7 +1,7 @@
 """DeepseekV4 renderer, compiled from a Jinja chat template.
 
 Models: deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro
-Template: DeepSeek-V4-Flash.jinja (sha256 2e97f4113adcca60f49ee2f698d1e6d1a6c9b69c8054dd2cc3ca07471d1c71bf)
+Template: DeepSeek-V4-Flash.jinja (sha256 27ef6d7ed703c2274ddb3e30a615080a082c4741a7bd22340e71879ff7c58d01)
 Compiled by: rllm-renderers compiler 0.1.0, verified against transformers 5.23.0
 Regenerate: python -m compiler generate --model deepseek-ai/DeepSeek-V4-Flash --corpus ../shared/corpus --name deepseek_v4
 
@@ -19,7 +19,7 @@ EOS_TOKEN = "<｜end▁of▁sentence｜>"
 class DeepseekV4Renderer(GeneratedRenderer):
     r"""Renders deepseek-ai/DeepSeek-V4-Flash conversations exactly as its chat template does.
 
-    Template knobs (constructor keywords): drop_thinking, thinking_mode.
+    Template knobs (constructor keywords): drop_thinking, enable_thinking, thinking_mode.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
     Assistant turns end with '<｜end▁of▁sentence｜>' (stop tokens: <｜end▁of▁sentence｜>);
@@ -33,8 +33,8 @@ class DeepseekV4Renderer(GeneratedRenderer):
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
-    TEMPLATE_SHA256 = "2e97f4113adcca60f49ee2f698d1e6d1a6c9b69c8054dd2cc3ca07471d1c71bf"
-    KNOBS = ("drop_thinking", "thinking_mode")
+    TEMPLATE_SHA256 = "27ef6d7ed703c2274ddb3e30a615080a082c4741a7bd22340e71879ff7c58d01"
+    KNOBS = ("drop_thinking", "enable_thinking", "thinking_mode")
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN}
     ROLES = ("assistant", "developer", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
@@ -57,6 +57,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         drop_thinking = self.knobs["drop_thinking"]
+        enable_thinking = self.knobs["enable_thinking"]
         thinking_mode = self.knobs["thinking_mode"]
         # L9: {% if %}
         if jinja.defined(thinking_mode) and thinking_mode not in ["thinking", "chat"]:
@@ -67,32 +68,42 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     )
                 )
             )
-        thinking = not jinja.defined(thinking_mode) or thinking_mode == "thinking"
+        # L12: {% if %}
+        if jinja.defined(thinking_mode):
+            thinking = thinking_mode == "thinking"
+        else:
+            thinking = not jinja.defined(enable_thinking) or enable_thinking
         drop = jinja.default(drop_thinking, True) and not tools
         ns = jinja.Namespace(
-            last_user=-1, first_system=-1, after_user=False, calls=[], results=[], slot=0
+            last_user=-1,
+            first_system=-1,
+            after_user=False,
+            calls=[],
+            results=[],
+            slot=0,
+            in_run=False,
+            position=0,
         )
-        # L17: {% for %}
+        # L21: {% for %}
         for message_index, message in enumerate(messages):
-            # L18: {% if %}
+            # L22: {% if %}
             if message["role"] in ["user", "tool", "developer"]:
                 ns.last_user = message_index
-            # L21: {% if %}
+            # L25: {% if %}
             if message["role"] == "system" and ns.first_system < 0:
                 ns.first_system = message_index
 
-        # L27: {% macro tools_section %}
+        # L31: {% macro tools_section %}
         def macro_tools_section():
             parts_ = []
             parts_.append(
                 "\n\n"
                 + '## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="$TOOL_NAME">\n<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name="$TOOL_NAME2">\n...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n'
             )
-            # L50: {% for %}
+            # L54: {% for %}
             for tool_index, tool in enumerate(tools):
                 parts_.append(
-                    jinja.tojson(tool["function"])
-                    + str("\n" if tool_index != len(tools) - 1 else jinja.Undefined())
+                    jinja.tojson(tool["function"]) + ("\n" if tool_index != len(tools) - 1 else "")
                 )
             parts_.append(
                 "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
@@ -100,14 +111,14 @@ class DeepseekV4Renderer(GeneratedRenderer):
             return "".join(parts_)
 
         out.append(BOS_TOKEN)
-        # L58: {% if %}
+        # L62: {% if %}
         if tools and ns.first_system < 0:
             out.append(macro_tools_section())
-        # L61: {% for %}
+        # L65: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
             dropped = thinking and drop and message_index < ns.last_user
-            # L64: {% if %} on the message's role
+            # L68: {% if %} on the message's role
             if message["role"] == "system":
                 self.render_system(out, message, message_index, tools, macro_tools_section, ns)
             elif message["role"] == "user" or message["role"] == "tool":
@@ -128,36 +139,36 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     )
                 )
         out.mark_scaffold()
-        # L144: {% if %}
+        # L148: {% if %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if thinking else "</think>"))
 
     def render_system(self, out, message, message_index, tools, macro_tools_section, ns):
-        """The template's system branch of the message loop (lines 64-69)."""
+        """The template's system branch of the message loop (lines 68-73)."""
         out.append(str(message["content"] or ""))
-        # L66: {% if %}
+        # L70: {% if %}
         if tools and message_index == ns.first_system:
             out.append(macro_tools_section())
         ns.after_user = False
 
     def render_user_or_tool(self, out, message, message_index, messages, ns):
-        """The template's user / tool branch of the message loop (lines 70-102)."""
-        # L72: {% if %}
+        """The template's user / tool branch of the message loop (lines 74-106)."""
+        # L76: {% if %}
         if message_index == 0 or messages[message_index - 1]["role"] not in ["user", "tool"]:
             out.append("<｜User｜>")
             ns.results = []
             ns.in_run = True
-            # L77: {% for %}
+            # L81: {% for %}
             for later in messages[message_index:]:
-                # L78: {% if %}
+                # L82: {% if %}
                 if later["role"] not in ["user", "tool"]:
                     ns.in_run = False
                 elif ns.in_run and later["role"] == "tool":
                     ns.position = 0
-                    # L82: {% for %}
+                    # L86: {% for %}
                     for call_index, call in enumerate(ns.calls):
                         call_id = call["id"] or call["function"]["id"]
-                        # L84: {% if %}
+                        # L88: {% if %}
                         if call_id and call_id == later["tool_call_id"]:
                             ns.position = call_index
                     ns.results = ns.results + [{"position": ns.position, "message": later}]
@@ -167,7 +178,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.slot = 0
         else:
             out.append("\n\n")
-        # L96: {% if %}
+        # L100: {% if %}
         if message["role"] == "user":
             out.append(str(message["content"]))
         else:
@@ -180,10 +191,10 @@ class DeepseekV4Renderer(GeneratedRenderer):
         ns.after_user = True
 
     def render_developer(self, out, message, message_index, dropped, ns):
-        """The template's developer branch of the message loop (lines 103-109)."""
-        # L104: {% if %}
+        """The template's developer branch of the message loop (lines 107-113)."""
+        # L108: {% if %}
         if not dropped:
-            # L105: {% if %}
+            # L109: {% if %}
             if not message["content"]:
                 out.append(
                     str(
@@ -196,27 +207,27 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.after_user = True
 
     def render_assistant(self, out, message, thinking, dropped, ns, EOS_TOKEN):
-        """The template's assistant branch of the message loop (lines 111-139)."""
+        """The template's assistant branch of the message loop (lines 115-143)."""
         with_reasoning = thinking and not dropped
-        # L113: {% if %}
+        # L117: {% if %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if with_reasoning else "</think>"))
-        # L116: {% if %}
+        # L120: {% if %}
         if with_reasoning:
             out.append(str(message["reasoning_content"] or "") + "</think>")
         out.append(str(message["content"] or ""))
-        # L120: {% if %}
+        # L124: {% if %}
         if message["tool_calls"]:
             ns.calls = message["tool_calls"]
             out.append("\n\n<｜DSML｜tool_calls>\n")
-            # L123: {% for %}
+            # L127: {% for %}
             items = list(message["tool_calls"])
             for call_index, call in enumerate(items):
                 out.append('<｜DSML｜invoke name="' + str(call["function"]["name"]) + '">\n')
-                # L126: {% for %}
+                # L130: {% for %}
                 items_2 = list(jinja.items(call["function"]["arguments"]))
                 for index, (key, value) in enumerate(items_2):
-                    # L127: {% if %}
+                    # L131: {% if %}
                     if isinstance(value, str):
                         out.append(
                             '<｜DSML｜parameter name="' + str(key) + '" string="true">' + str(value)

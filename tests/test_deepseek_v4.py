@@ -63,6 +63,17 @@ def test_every_official_encoder_golden_line_matches_on_token_ids(tokenizer):
     assert misses == []
 
 
+def test_the_case_kwargs_select_the_variant_the_goldens_say(tokenizer, encoder):
+    """enable_thinking absent or true selects `thinking`, false selects `chat` (the variant table)."""
+    selected = [(g, c) for g, c in golden_lines() if g["oracle"] == "deepseek-encoder:dsv4" and g["selected_for_case_kwargs"]]
+    assert len(selected) == 24 and any(c["kwargs"] == {"enable_thinking": False} for _, c in selected)
+    for golden, case in selected:
+        renderer = FAMILY.renderer_class(tokenizer, **case["kwargs"])
+        arguments = dict(tools=case["tools"], add_generation_prompt=case["add_generation_prompt"])
+        assert renderer.render_ids(case["messages"], **arguments) == golden["token_ids"], golden["case_id"]
+        assert encoder.render_ids(case["messages"], knobs=case["kwargs"], **arguments) == golden["token_ids"]
+
+
 def test_fireworks_golden_lines_match_where_they_agree_with_the_encoder(tokenizer):
     """The encoder wins: Fireworks lines that agree with it must match, the others must not."""
     fireworks = [(g, c) for g, c in golden_lines() if g["oracle"] == "fireworks:deepseek_v4"]
@@ -290,3 +301,35 @@ def test_oracle_names_and_missing_oracle_code_are_clear_errors(monkeypatch, tmp_
     code = main(["verify", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--corpus", str(corpus_path()), "--cases", "0"])
     assert code == 1
     assert "cannot check against deepseek-encoder:v4: oracle code not found" in capsys.readouterr().out
+
+
+def test_the_bridge_follows_the_history_thinking_rules(tokenizer):
+    """Tool results are user turns: without tools, thinking mode drops the sampled reasoning once
+    one arrives, so the bridge refuses; tools (or chat mode) keep history as sampled."""
+    user = {"role": "user", "content": "Weather in Paris?"}
+    sampled = {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "I should look it up.",
+        "tool_calls": [call("c1", "get_weather", {"city": "Paris"})],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    outcomes = {}
+    for label, knobs, tools in [
+        ("thinking", {}, None),
+        ("thinking, tools", {}, [WEATHER]),
+        ("chat", {"thinking_mode": "chat"}, None),
+    ]:
+        renderer = FAMILY.renderer_class(tokenizer, **knobs)
+        prompt = renderer.render_ids([user], tools=tools, add_generation_prompt=True)
+        full = renderer.render_ids([user, sampled], tools=tools)
+        completion = full[len(prompt) :]
+        bridged = renderer.bridge_to_next_turn(prompt, completion, [result], tools=tools)
+        expected = renderer.render_ids([user, sampled, result], tools=tools, add_generation_prompt=True)
+        outcomes[label] = None if bridged is None else bridged.token_ids == expected
+        if bridged is None:
+            verbatim = FAMILY.renderer_class(tokenizer, thinking_retention="verbatim", **knobs)
+            kept = verbatim.bridge_to_next_turn(prompt, completion, [result], tools=tools)
+            assert kept is not None and kept.token_ids[: len(full)] == full
+            assert expected[: len(full)] != full  # the encoder rewrites the turn (even its <think> prefix)
+    assert outcomes == {"thinking": None, "thinking, tools": True, "chat": True}
