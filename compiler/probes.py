@@ -414,18 +414,18 @@ def common_suffix(a: str, b: str) -> str:
 
 def before_partial_tag(text: str) -> str:
     """``text`` without a trailing fragment that follows its last whitespace (and that whitespace)."""
-    cut = max(text.rfind(space) for space in " \t\r\n")
-    return text[:cut].rstrip() if cut > 0 and not text[-1].isspace() and text[:cut].strip() else text
+    last_space = max((at for at, char in enumerate(text) if char.isspace()), default=-1)
+    if last_space < 0 or text[-1].isspace():
+        return text
+    return text[:last_space].rstrip() or text
 
 
 def after_partial_tag(text: str) -> str:
     """``text`` without a leading fragment that precedes its first whitespace (and that whitespace)."""
-    stripped = text.lstrip()
-    if text[:1].isspace() or not any(space in text for space in " \t\r\n"):
+    first_space = next((at for at, char in enumerate(text) if char.isspace()), -1)
+    if first_space <= 0:
         return text
-    at = min(at for at in (text.find(space) for space in " \t\r\n") if at >= 0)
-    rest = text[at:].lstrip()
-    return rest if rest and stripped else text
+    return text[first_space:].lstrip() or text
 
 
 def split_trailing_space(text: str) -> tuple[str, str]:

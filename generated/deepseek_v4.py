@@ -1,7 +1,7 @@
 """DeepseekV4 renderer, compiled from a Jinja chat template.
 
 Models: deepseek-ai/DeepSeek-V4-Flash, deepseek-ai/DeepSeek-V4-Pro
-Template: DeepSeek-V4-Flash.jinja (sha256 27ef6d7ed703c2274ddb3e30a615080a082c4741a7bd22340e71879ff7c58d01)
+Template: DeepSeek-V4-Flash.jinja (sha256 e58b7bd575aa0af53112923ad78abab6850589acb705c0d3327544b6ecd34378)
 Compiled by: rllm-renderers compiler 0.1.0, verified against transformers 5.23.0
 Regenerate: python -m compiler generate --model deepseek-ai/DeepSeek-V4-Flash --corpus ../shared/corpus --name deepseek_v4
 
@@ -33,7 +33,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
-    TEMPLATE_SHA256 = "27ef6d7ed703c2274ddb3e30a615080a082c4741a7bd22340e71879ff7c58d01"
+    TEMPLATE_SHA256 = "e58b7bd575aa0af53112923ad78abab6850589acb705c0d3327544b6ecd34378"
     KNOBS = ("drop_thinking", "enable_thinking", "thinking_mode")
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN}
     ROLES = ("assistant", "developer", "system", "tool", "user")
@@ -59,7 +59,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
         drop_thinking = self.knobs["drop_thinking"]
         enable_thinking = self.knobs["enable_thinking"]
         thinking_mode = self.knobs["thinking_mode"]
-        # L9: {% if %}
+        # L14: {% if %}
         if jinja.defined(thinking_mode) and thinking_mode not in ["thinking", "chat"]:
             out.append(
                 str(
@@ -68,7 +68,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     )
                 )
             )
-        # L12: {% if %}
+        # L17: {% if %}
         if jinja.defined(thinking_mode):
             thinking = thinking_mode == "thinking"
         else:
@@ -84,23 +84,23 @@ class DeepseekV4Renderer(GeneratedRenderer):
             in_run=False,
             position=0,
         )
-        # L21: {% for %}
+        # L26: {% for %}
         for message_index, message in enumerate(messages):
-            # L22: {% if %}
+            # L27: {% if %}
             if message["role"] in ["user", "tool", "developer"]:
                 ns.last_user = message_index
-            # L25: {% if %}
+            # L30: {% if %}
             if message["role"] == "system" and ns.first_system < 0:
                 ns.first_system = message_index
 
-        # L31: {% macro tools_section %}
+        # L36: {% macro tools_section %}
         def macro_tools_section():
             parts_ = []
             parts_.append(
                 "\n\n"
                 + '## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="$TOOL_NAME">\n<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name="$TOOL_NAME2">\n...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n'
             )
-            # L54: {% for %}
+            # L59: {% for %}
             for tool_index, tool in enumerate(tools):
                 parts_.append(
                     jinja.tojson(tool["function"]) + ("\n" if tool_index != len(tools) - 1 else "")
@@ -111,14 +111,14 @@ class DeepseekV4Renderer(GeneratedRenderer):
             return "".join(parts_)
 
         out.append(BOS_TOKEN)
-        # L62: {% if %}
+        # L67: {% if %}
         if tools and ns.first_system < 0:
             out.append(macro_tools_section())
-        # L65: {% for %}
+        # L70: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
             dropped = thinking and drop and message_index < ns.last_user
-            # L68: {% if %} on the message's role
+            # L73: {% if %} on the message's role
             if message["role"] == "system":
                 self.render_system(out, message, message_index, tools, macro_tools_section, ns)
             elif message["role"] == "user" or message["role"] == "tool":
@@ -139,36 +139,36 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     )
                 )
         out.mark_scaffold()
-        # L148: {% if %}
+        # L153: {% if %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if thinking else "</think>"))
 
     def render_system(self, out, message, message_index, tools, macro_tools_section, ns):
-        """The template's system branch of the message loop (lines 68-73)."""
+        """The template's system branch of the message loop (lines 73-78)."""
         out.append(str(message["content"] or ""))
-        # L70: {% if %}
+        # L75: {% if %}
         if tools and message_index == ns.first_system:
             out.append(macro_tools_section())
         ns.after_user = False
 
     def render_user_or_tool(self, out, message, message_index, messages, ns):
-        """The template's user / tool branch of the message loop (lines 74-106)."""
-        # L76: {% if %}
+        """The template's user / tool branch of the message loop (lines 79-111)."""
+        # L81: {% if %}
         if message_index == 0 or messages[message_index - 1]["role"] not in ["user", "tool"]:
             out.append("<｜User｜>")
             ns.results = []
             ns.in_run = True
-            # L81: {% for %}
+            # L86: {% for %}
             for later in messages[message_index:]:
-                # L82: {% if %}
+                # L87: {% if %}
                 if later["role"] not in ["user", "tool"]:
                     ns.in_run = False
                 elif ns.in_run and later["role"] == "tool":
                     ns.position = 0
-                    # L86: {% for %}
+                    # L91: {% for %}
                     for call_index, call in enumerate(ns.calls):
                         call_id = call["id"] or call["function"]["id"]
-                        # L88: {% if %}
+                        # L93: {% if %}
                         if call_id and call_id == later["tool_call_id"]:
                             ns.position = call_index
                     ns.results = ns.results + [{"position": ns.position, "message": later}]
@@ -178,7 +178,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.slot = 0
         else:
             out.append("\n\n")
-        # L100: {% if %}
+        # L105: {% if %}
         if message["role"] == "user":
             out.append(str(message["content"]))
         else:
@@ -191,10 +191,10 @@ class DeepseekV4Renderer(GeneratedRenderer):
         ns.after_user = True
 
     def render_developer(self, out, message, message_index, dropped, ns):
-        """The template's developer branch of the message loop (lines 107-113)."""
-        # L108: {% if %}
+        """The template's developer branch of the message loop (lines 112-118)."""
+        # L113: {% if %}
         if not dropped:
-            # L109: {% if %}
+            # L114: {% if %}
             if not message["content"]:
                 out.append(
                     str(
@@ -207,27 +207,27 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.after_user = True
 
     def render_assistant(self, out, message, thinking, dropped, ns, EOS_TOKEN):
-        """The template's assistant branch of the message loop (lines 115-143)."""
+        """The template's assistant branch of the message loop (lines 120-148)."""
         with_reasoning = thinking and not dropped
-        # L117: {% if %}
+        # L122: {% if %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if with_reasoning else "</think>"))
-        # L120: {% if %}
+        # L125: {% if %}
         if with_reasoning:
             out.append(str(message["reasoning_content"] or "") + "</think>")
         out.append(str(message["content"] or ""))
-        # L124: {% if %}
+        # L129: {% if %}
         if message["tool_calls"]:
             ns.calls = message["tool_calls"]
             out.append("\n\n<｜DSML｜tool_calls>\n")
-            # L127: {% for %}
+            # L132: {% for %}
             items = list(message["tool_calls"])
             for call_index, call in enumerate(items):
                 out.append('<｜DSML｜invoke name="' + str(call["function"]["name"]) + '">\n')
-                # L130: {% for %}
+                # L135: {% for %}
                 items_2 = list(jinja.items(call["function"]["arguments"]))
                 for index, (key, value) in enumerate(items_2):
-                    # L131: {% if %}
+                    # L136: {% if %}
                     if isinstance(value, str):
                         out.append(
                             '<｜DSML｜parameter name="' + str(key) + '" string="true">' + str(value)
