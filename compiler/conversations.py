@@ -47,7 +47,7 @@ TRICKY_FRAGMENTS: tuple[str, ...] = (
     "<｜tool▁calls▁end｜>",
     "<｜Assistant｜>",
     "<｜User｜>",
-    "<｜DSML｜invoke name=\"f\">",
+    '<｜DSML｜invoke name="f">',
     "<tool_result>",
     "{{",
     "}}",

@@ -171,7 +171,9 @@ class Prober:
         if not open_marker.strip():
             # the generation prompt already opened the reasoning block (a prefilled <think>); a template
             # without a generation flag (DeepSeek-V4) writes it after every trailing user turn
-            prefill = prompt[len(common_prefix(prompt, self.render([USER]) or "")) :] or self.renderer.generation_prompt()
+            prefill = (
+                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :] or self.renderer.generation_prompt()
+            )
             open_marker, after_open = split_trailing_space(prefill)
             open_marker = last_marker(open_marker, self.added_tokens)
         before_close, close_and_after = split_leading_space(between)

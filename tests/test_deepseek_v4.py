@@ -13,7 +13,6 @@ import os
 
 import pytest
 
-from compiler.case_features import case_features
 from compiler.conversations import Case
 from compiler.oracles import OracleUnavailable, load_oracle
 from compiler.verify import verify
@@ -48,7 +47,9 @@ def golden_lines() -> list[tuple[dict, dict]]:
 
 def render_golden(renderer_class, tokenizer, golden: dict, case: dict) -> list[int]:
     renderer = renderer_class(tokenizer, **golden["template_kwargs"])
-    return renderer.render_ids(case["messages"], tools=case["tools"], add_generation_prompt=case["add_generation_prompt"])
+    return renderer.render_ids(
+        case["messages"], tools=case["tools"], add_generation_prompt=case["add_generation_prompt"]
+    )
 
 
 def test_every_official_encoder_golden_line_matches_on_token_ids(tokenizer):
@@ -65,7 +66,9 @@ def test_every_official_encoder_golden_line_matches_on_token_ids(tokenizer):
 
 def test_the_case_kwargs_select_the_variant_the_goldens_say(tokenizer, encoder):
     """enable_thinking absent or true selects `thinking`, false selects `chat` (the variant table)."""
-    selected = [(g, c) for g, c in golden_lines() if g["oracle"] == "deepseek-encoder:dsv4" and g["selected_for_case_kwargs"]]
+    selected = [
+        (g, c) for g, c in golden_lines() if g["oracle"] == "deepseek-encoder:dsv4" and g["selected_for_case_kwargs"]
+    ]
     assert len(selected) == 24 and any(c["kwargs"] == {"enable_thinking": False} for _, c in selected)
     for golden, case in selected:
         renderer = FAMILY.renderer_class(tokenizer, **case["kwargs"])
@@ -158,7 +161,14 @@ def agree(encoder, tokenizer, case: Case) -> str:
 def test_tool_results_are_merged_into_one_user_turn_in_call_order(encoder, tokenizer):
     messages = [
         {"role": "user", "content": "Paris and Rome?"},
-        {"role": "assistant", "content": None, "tool_calls": [call("a", "get_weather", {"city": "Paris"}), call("b", "get_weather", {"city": "Rome", "days": 2})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                call("a", "get_weather", {"city": "Paris"}),
+                call("b", "get_weather", {"city": "Rome", "days": 2}),
+            ],
+        },
         {"role": "tool", "tool_call_id": "b", "content": "rome: rain"},
         {"role": "tool", "tool_call_id": "a", "content": "paris: sun"},
     ]
@@ -242,28 +252,6 @@ def test_resolve_picks_the_generated_renderer_for_both_model_ids(tokenizer):
         assert (resolution.source, type(resolution.renderer)) == ("generated", FAMILY.renderer_class)
 
 
-def test_case_features_name_what_the_report_tallies():
-    messages = [
-        {"role": "developer", "content": "x"},
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": None, "tool_calls": [call("a", "f", {"k": 1}), call("b", "f", {})]},
-        {"role": "tool", "tool_call_id": "b", "content": ""},
-        {"role": "tool", "tool_call_id": "a", "content": ""},
-    ]
-    features = case_features(Case(messages, knobs={"thinking_mode": "chat"}))
-    assert {
-        "role developer",
-        "parallel tool calls",
-        "tool results out of call order",
-        "assistant content None",
-        "tool-call argument of type int",
-        'knob thinking_mode="chat"',
-        "ends with tool",
-    } <= features
-    in_order = case_features(Case(messages[:3] + messages[4:] + messages[3:4]))
-    assert "tool results out of call order" not in in_order
-
-
 # --- the CLI: --oracle, the override's own oracle, clear errors ---------------------------------
 
 
@@ -281,7 +269,19 @@ def test_verify_against_a_disagreeing_oracle_lists_the_features_of_the_differenc
     from compiler.cli import main
 
     corpus = str(corpus_path())
-    code = main(["verify", "--model", "deepseek-ai/DeepSeek-V3", "--corpus", corpus, "--cases", "5", "--oracle", "deepseek-encoder:v4"])
+    code = main(
+        [
+            "verify",
+            "--model",
+            "deepseek-ai/DeepSeek-V3",
+            "--corpus",
+            corpus,
+            "--cases",
+            "5",
+            "--oracle",
+            "deepseek-encoder:v4",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 1
     assert "deepseek_v3.py against deepseek-encoder:v4: text: 0/" in printed
@@ -289,15 +289,10 @@ def test_verify_against_a_disagreeing_oracle_lists_the_features_of_the_differenc
     assert "smallest failing conversation:" in printed
 
 
-def test_oracle_names_and_missing_oracle_code_are_clear_errors(monkeypatch, tmp_path, capsys):
+def test_verify_fails_clearly_when_the_oracle_code_is_missing(monkeypatch, tmp_path, capsys):
     from compiler.cli import main
-    from compiler.errors import CompileError
 
-    with pytest.raises(CompileError, match="unknown oracle 'nope'; the oracles are: deepseek-encoder:v4"):
-        load_oracle("nope")
     monkeypatch.setenv("RLLM_ORACLES", str(tmp_path))
-    with pytest.raises(OracleUnavailable, match=f"oracle code not found at {tmp_path}"):
-        load_oracle("deepseek-encoder:v4")
     code = main(["verify", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--corpus", str(corpus_path()), "--cases", "0"])
     assert code == 1
     assert "cannot check against deepseek-encoder:v4: oracle code not found" in capsys.readouterr().out
