@@ -26,7 +26,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<｜Assistant｜><think>'.
     Reasoning: '<think>' ... '</think>'.
-    Tool calls (xml): '<｜DSML｜invoke name="' NAME '">\n' ARGUMENTS '</｜DSML｜invoke>'.
+    Tool calls (xml): '<｜DSML｜invoke name="' NAME '">\n' ARGUMENTS '</｜DSML｜invoke>\n'.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
@@ -44,7 +44,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
         style="xml",
         call_start='<｜DSML｜invoke name="',
         name_end='">\n',
-        call_end="</｜DSML｜invoke>",
+        call_end="</｜DSML｜invoke>\n",
         parameter_start='<｜DSML｜parameter name="',
         parameter_value='" string="true">',
         parameter_end="</｜DSML｜parameter>\n",
