@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from ..source import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 ORACLES_ENV = "RLLM_ORACLES"
 
 DEEPSEEK_V4 = "deepseek-encoder:v4"
