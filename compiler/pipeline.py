@@ -61,8 +61,8 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:
     command = f"python -m compiler generate --model {source.model_id}"
-    if source.origin == "corpus":
-        command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"
+    if source.origin == "corpus" or (source.origin == "override" and source.tokenizer_dir is not None):
+        command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"  # an override's tokenizer comes from the corpus too
     if module and module != family_module_name(source.model_id):
         command += f" --name {module}"
     return command
@@ -168,16 +168,31 @@ def load_generated_file(path: Path) -> type:
     return classes[0]
 
 
-def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, seed: int) -> VerificationReport:
+def verify_compiled(
+    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None
+) -> VerificationReport:
+    """Check the class against its template, or against ``oracle`` (a reference that is not the
+    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied)."""
     return verify(
         renderer_class,
-        prepared.oracle,
+        prepared.oracle if oracle is None else oracle,
         tokenizer=prepared.tokenizer,
         cases=cases,
         seed_value=seed,
         knob_candidates=knob_candidates(prepared.facts.ast, prepared.facts.knobs),
         template_roles=compared_roles(prepared.facts.ast),
+        keep_going=oracle is not None,
     )
+
+
+def reference_oracle(name: str | None, prepared: Prepared) -> Any:
+    """The named reference oracle (``--oracle``, else the override's own), or None."""
+    name = name or prepared.source.oracle
+    if name is None:
+        return None
+    from .oracles import load_oracle
+
+    return load_oracle(name, prepared.tokenizer)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -201,13 +216,25 @@ def generate(
     seed: int,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
+    oracle: str | None = None,
 ) -> tuple[Path, VerificationReport]:
-    """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
+    """Compile, verify against the template and (when named, or named by the override) the
+    reference oracle, then write ``<out_dir>/<module>.py``; raises VerificationError on a mismatch.
+    The returned report is the template's; ``report.reference`` the oracle's, if one was run."""
     compiled = compile_source(source, module=module, special_tokens=special_tokens)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
+    reference = reference_oracle(oracle, compiled)
+    if reference is not None:
+        against_reference = verify_compiled(renderer_class, compiled, cases=cases, seed=seed, oracle=reference)
+        if not against_reference.ok:
+            raise VerificationError(
+                f"the renderer differs from {oracle or compiled.source.oracle}:\n{against_reference.disagreement_report()}",
+                template=compiled.facts.name,
+            )
+        report.reference = against_reference
     path = out_dir / f"{compiled.spec.module}.py"
     index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code})
     write_atomically(path, compiled.code)

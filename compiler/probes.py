@@ -169,10 +169,12 @@ class Prober:
         between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
         open_marker, after_open = split_trailing_space(before)
         if not open_marker.strip():
-            # the generation prompt already opened the reasoning block (a prefilled <think>)
-            open_marker, after_open = split_trailing_space(
-                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :]
+            # the generation prompt already opened the reasoning block (a prefilled <think>); a template
+            # without a generation flag (DeepSeek-V4) writes it after every trailing user turn
+            prefill = (
+                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :] or self.renderer.generation_prompt()
             )
+            open_marker, after_open = split_trailing_space(prefill)
             open_marker = last_marker(open_marker, self.added_tokens)
         before_close, close_and_after = split_leading_space(between)
         # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
@@ -184,7 +186,10 @@ class Prober:
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
+            and close_and_after[: -len(content_start)].strip()
         ):
+            # (when nothing would be left for the close, the plain answer's lead is the reasoning close
+            # itself, written for empty reasoning: MiniMax's bare </mm:think>)
             close_marker_and_space = close_and_after[: -len(content_start)]
         else:
             content_start = ""
@@ -282,15 +287,24 @@ class Prober:
         value_to_key = single[value_a + len(VALUE_A) : key_b]
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
         # Several splits can fit; the natural one starts the parameter tag after the whitespace.
+        # The natural one starts the parameter tag after whitespace, the last such split that also
+        # ends the last parameter consistently (`<p name="k">` must not split at `name=`).
         shared = common_suffix(name_to_key, value_to_key)
         splits = range(len(name_to_key) - len(shared), len(name_to_key))
         natural = [i for i in splits if i > 0 and name_to_key[i - 1].isspace() and not name_to_key[i].isspace()]
-        split = natural[-1] if natural else splits[0] if splits else len(name_to_key)
+        after_last_value = single[value_b + len(VALUE_B) :]
+
+        def consistent(split: int) -> bool:
+            parameter_start = name_to_key[split:]
+            parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
+            return bool(parameter_start) and after_last_value.startswith(parameter_end)
+
+        candidates = [*reversed(natural), *splits[:1]]
+        split = next((i for i in candidates if consistent(i)), None)
+        if split is None:
+            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         name_end, parameter_start = name_to_key[:split], name_to_key[split:]
         parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
-        after_last_value = single[value_b + len(VALUE_B) :]
-        if not parameter_start or not after_last_value.startswith(parameter_end):
-            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         after_single = after_last_value[len(parameter_end) :]
         after_first_in_double = None
         if double is not None and VALUE_A in double:
@@ -302,9 +316,21 @@ class Prober:
             name_end=name_end,
             parameter_start=parameter_start,
             parameter_value=parameter_value,
+            parameter_value_json=self.json_parameter_value(parameter_value),
             parameter_end=parameter_end,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
+
+    def json_parameter_value(self, parameter_value: str) -> str:
+        """The key-to-value text before a non-string value, when the template marks JSON values
+        differently (``string="false"``); "" when it writes the same as for a string."""
+        number = 424242
+        typed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: number}, "c1")])
+        if typed is None or KEY_A not in typed or str(number) not in typed:
+            return ""
+        key_a = typed.index(KEY_A, typed.index(FIRST_TOOL))
+        separator = typed[key_a + len(KEY_A) : typed.index(str(number), key_a)]
+        return separator if separator != parameter_value else ""
 
     def call_boundaries(
         self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
@@ -319,24 +345,47 @@ class Prober:
         lead = self.plain_lead()
         block_and_start = before_name[len(common_prefix(lead, before_name)) :]
         call_end = strip_closing(after_single, self.close_candidates())
-        if after_first_in_double is not None:
-            call_end = common_prefix(call_end, after_first_in_double)
         if double is None:
+            if after_first_in_double is not None:
+                call_end = common_prefix(call_end, after_first_in_double)
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
+        if call_start != block_and_start:
+            call_start = self.whole_call_start(call_start)
+        if after_first_in_double is not None:
+            # what separates the two calls ends where the second one starts (calls sharing one block
+            # would otherwise lend the call end the first characters of the next call's start)
+            next_call = after_first_in_double.find(call_start + SECOND_TOOL) if call_start else -1
+            if next_call >= 0:
+                after_first_in_double = after_first_in_double[:next_call]
+            call_end = common_prefix(call_end, after_first_in_double)
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
-        separator = ""
+        separator = content_start = ""
         if CONTENT in double:
             lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
             if lead_text.endswith(block_and_start):
                 separator = lead_text[: len(lead_text) - len(block_and_start)]
-        return {
-            "call_start": call_start,
-            "call_end": call_end,
-            "block_start": block_start,
-            "content_separator": separator,
-        }
+            # a header only a tool-calling turn's content gets (gpt-oss harmony's commentary preamble)
+            before_content = double[: double.index(CONTENT)]
+            if before_content.strip() and before_content != lead and not lead.endswith(before_content):
+                content_start = before_content
+        found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_separator": separator}
+        return {**found, "content_start": content_start} if content_start else found
+
+    def whole_call_start(self, shared: str) -> str:
+        """The call start within ``shared``, the common end of the block opener and of the previous call.
+
+        Characters can be shared by accident: MiniMax's block opener ``<tool_call>\n`` and the previous
+        call's ``</invoke>\n`` both end in ``>\n``, DeepSeek-V4's ``<｜DSML｜tool_calls>\n`` and
+        ``</｜DSML｜invoke>\n`` too. A call starts on a new line, else at a token.
+        """
+        if "\n" in shared.rstrip("\n") and not shared.startswith("\n"):
+            return shared[shared.index("\n") + 1 :]
+        opening = first_added_token(shared, self.added_tokens)
+        if opening and shared.index(opening) > 0:
+            return shared[shared.index(opening) :]
+        return shared
 
     def plain_lead(self) -> str:
         """What a plain answer has before its content (an empty think block, a channel header)."""
@@ -364,7 +413,7 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         reasoning=reasoning,
         tool_calls=tools,
         notes=tuple(prober.notes),
-        generation_prompt=prompt[len(base) :] if prompt.startswith(base) else "",
+        generation_prompt=(prompt[len(base) :] if prompt.startswith(base) else "") or renderer.generation_prompt(),
     )
 
 

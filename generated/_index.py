@@ -11,6 +11,11 @@ RENDERERS = {
         "3b8267e54b67df6500f231ffa969955cc9d26b3444a291ced4eb96ca7d3ca1ea",
         ("deepseek-ai/DeepSeek-V3",),
     ),
+    "deepseek_v4": (
+        "DeepseekV4Renderer",
+        "e58b7bd575aa0af53112923ad78abab6850589acb705c0d3327544b6ecd34378",
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"),
+    ),
     "gemma_3": (
         "Gemma3Renderer",
         "7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4",

@@ -49,6 +49,8 @@ class ToolCallFormat:
     ``json`` style: ``call_start`` NAME ``name_end`` ARGUMENTS-JSON ``call_end``.
     ``xml`` style: ``call_start`` NAME ``name_end`` then, per argument,
     ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end``, then ``call_end``.
+    A template that marks which values are JSON writes ``parameter_value_json`` instead of
+    ``parameter_value`` before them (DeepSeek-V4: ``string="false"`` against ``string="true"``).
     ``block_start`` opens the list of calls (before the first one), and
     ``content_separator`` separates content from the first call.
     """
@@ -60,5 +62,6 @@ class ToolCallFormat:
     parameter_start: str = ""
     parameter_value: str = ""
     parameter_end: str = ""
+    parameter_value_json: str = ""
     block_start: str = ""
     content_separator: str = ""
