@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from . import template_runtime as jinja
-from .bridge import RETENTION_POLICIES, bridge_turn
+from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
 from .parsing import parse_text, to_parsed_response
@@ -21,6 +21,13 @@ from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+class TemplateTypeError(jinja.TemplateError, TypeError):
+    """The template ran into a type error on this input, as Jinja would (e.g. ``str + int``).
+
+    Both a ``ValueError`` (the template refuses the input) and a ``TypeError`` (what Jinja raises).
+    """
 
 
 class _PrimeConfigClass:
@@ -93,6 +100,8 @@ class GeneratedRenderer(ABC):
             self._check_special_tokens(tokenizer)
         self._encoder = None
         self._generation_prompt: str | None = None
+        #: The conversations behind prompts rendered with the generation prompt (for the bridge).
+        self.prompt_histories = PromptHistories()
 
     def _check_special_tokens(self, tokenizer: Any) -> None:
         for name, baked in self.SPECIAL_TOKENS.items():
@@ -109,6 +118,7 @@ class GeneratedRenderer(ABC):
         state = self.__dict__.copy()
         state["_encoder"] = None
         state["_generation_prompt"] = None
+        state["prompt_histories"] = PromptHistories()
         return state
 
     # --- inputs ---------------------------------------------------------------------
@@ -188,16 +198,33 @@ class GeneratedRenderer(ABC):
     def _render_output(
         self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
     ) -> RenderOutput:
+        return self._run_template(*self._template_history(messages, tools), add_generation_prompt)
+
+    def _template_history(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
         if not messages:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        template_messages, template_tools = self.template_inputs(messages, tools)
+        return self.template_inputs(messages, tools)
+
+    def _run_template(self, template_messages: list, template_tools: Any, add_generation_prompt: bool) -> RenderOutput:
+        """Run the translated template on converted inputs.
+
+        What the template raises itself (``raise_exception``, an undefined value used) is a
+        ``TemplateError``; a Python ``TypeError`` (where Jinja raises one too) becomes a
+        :class:`TemplateTypeError` with the same message. Anything else (``KeyError``,
+        ``AttributeError``, ...) is not something Jinja raises: it propagates as it is, with a
+        note naming the message being rendered.
+        """
         out = RenderOutput(template_messages)
         try:
             self.render_template(out, template_messages, template_tools, None, bool(add_generation_prompt))
         except jinja.TemplateError:
             raise
-        except Exception as exc:  # whatever Python raised where Jinja would have: the template refuses
-            raise jinja.TemplateError(f"{type(self).__name__}: the template failed on this input: {exc}") from exc
+        except TypeError as exc:
+            raise TemplateTypeError(str(exc)) from exc
+        except Exception as exc:
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"{type(self).__name__}: while rendering {rendering_position(out)}")
+            raise
         return out
 
     def render_text(
@@ -220,7 +247,11 @@ class GeneratedRenderer(ABC):
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> list[int]:
         """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``."""
-        return self.encoder.encode(self.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        template_messages, template_tools = self._template_history(messages, tools)
+        ids = self.encoder.encode(self._run_template(template_messages, template_tools, add_generation_prompt).text())
+        if add_generation_prompt:  # a prompt the bridge may be asked to go on from
+            self.prompt_histories.remember(ids, History(list(template_messages), template_tools))
+        return ids
 
     def render(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
@@ -359,10 +390,26 @@ class GeneratedRenderer(ABC):
         new_messages: list[Message],
         *,
         tools: list[ToolSpec] | None = None,
+        messages: list[Message] | None = None,
     ) -> RenderedTokens | None:
-        """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
-        generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
-        return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
+        """``previous_prompt_ids + previous_completion_ids`` (cut at its stop, or closed) extended by
+        exactly what the template renders for ``new_messages`` and the generation prompt, or None
+        when the caller must re-render.
+
+        ``messages``: the conversation the previous prompt was rendered from (without the sampled
+        turn). Without it the renderer must have produced that prompt itself (``render_ids`` with
+        the generation prompt, or an earlier bridge). The full contract is in
+        :mod:`rllm_renderers.bridge`.
+        """
+        return bridge_turn(
+            self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages
+        )
+
+
+def rendering_position(out: RenderOutput) -> str:
+    """Which message the template was rendering when it stopped (from the output's last mark)."""
+    index = out.marks[-1][1] if out.marks else -1
+    return f"message {index}" if index >= 0 else "the text outside the message loop"
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:
