@@ -18,6 +18,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from rllm_renderers import template_runtime as jinja
+
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
 from .oracle import OracleRejected, TemplateOracle
 
@@ -164,15 +166,40 @@ class DifferentialChecker:
     def _check_rejection(self, renderer, messages, arguments, case, rejection: OracleRejected) -> Failure | None:
         try:
             renderer.render_text(messages, **arguments)
-        except ValueError as exc:
-            if rejection.exc_type_name == "TemplateError" and str(exc) != rejection.message:
-                return Failure(case, f"both refuse, but with different messages: {rejection.message!r} vs {str(exc)!r}")
+        except Exception as exc:
+            mismatch = rejection_mismatch(rejection, exc)
+            if mismatch is not None:
+                return Failure(case, f"both refuse, but differently: {mismatch}")
             self.report.text_matched += 1
             self.report.rejected_alike += 1
             return None
-        except Exception as exc:
-            return Failure(case, f"the template raised {rejection!r}; the renderer raised {type(exc).__name__}: {exc}")
         return Failure(case, f"the template raised {rejection!r} but the renderer rendered")
+
+
+def rejection_mismatch(rejection: OracleRejected, exc: BaseException) -> str | None:
+    """None when the renderer refused the way Jinja did, else what differs.
+
+    ``raise_exception`` (TemplateError) and an undefined value used (UndefinedError) must come
+    out as the runtime's ``TemplateError`` with Jinja's message; a Jinja ``TypeError`` as a
+    ``TypeError``; anything else Jinja or transformers raise (``ValueError`` for an empty
+    conversation, ...) as an exception of that name with the same message. A ``KeyError`` or
+    ``AttributeError`` from generated code where Jinja raised ``UndefinedError`` is a
+    translation bug, never "rejected alike".
+    """
+    expected = rejection.exc_type_name
+    got = f"{type(exc).__name__}: {exc}"
+    if expected in ("TemplateError", "UndefinedError"):
+        if not isinstance(exc, jinja.TemplateError) or isinstance(exc, TypeError):
+            return f"the template raised {expected} ({rejection.message!r}); the renderer raised {got}"
+        if str(exc) != rejection.message:
+            return f"messages differ: {rejection.message!r} vs {str(exc)!r}"
+        return None
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if expected not in names:
+        return f"the template raised {expected} ({rejection.message!r}); the renderer raised {got}"
+    if expected != "TypeError" and str(exc) != rejection.message:
+        return f"messages differ: {rejection.message!r} vs {str(exc)!r}"
+    return None
 
 
 def verify(

@@ -248,9 +248,10 @@ class GeneratedRenderer(ABC):
     ) -> list[int]:
         """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``."""
         template_messages, template_tools = self._template_history(messages, tools)
-        ids = self.encoder.encode(self._run_template(template_messages, template_tools, add_generation_prompt).text())
+        text = self._run_template(template_messages, template_tools, add_generation_prompt).text()
+        ids = self.encoder.encode(text)
         if add_generation_prompt:  # a prompt the bridge may be asked to go on from
-            self.prompt_histories.remember(ids, History(list(template_messages), template_tools))
+            self.prompt_histories.remember(ids, History(list(template_messages), template_tools, text))
         return ids
 
     def render(

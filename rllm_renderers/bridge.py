@@ -33,6 +33,7 @@ the completion is decoded and only ``S`` is encoded.
 from __future__ import annotations
 
 import operator
+from bisect import bisect_right
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -123,10 +124,12 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
 
 @dataclass(frozen=True)
 class History:
-    """A conversation as the template sees it (converted messages and tools)."""
+    """A conversation as the template sees it (converted messages and tools), and, when known, the
+    template's text for it with the generation prompt."""
 
     messages: list
     tools: Any
+    prompt_text: str | None = None
 
 
 class PromptHistories:
@@ -217,14 +220,17 @@ def bridge_turn(
         return None
     result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new)
     if result is not None and messages is None:
-        renderer.prompt_histories.remember(result.token_ids, extended)
+        renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full.text()))
     return result
 
 
 def render_both(renderer: "GeneratedRenderer", history: History, extended: History):
-    """(text of the history's prompt, output of the extended conversation), or None when the template refuses."""
+    """(the history's text with the generation prompt, output of the extended conversation), or None
+    when the template refuses."""
     try:
-        prompt_text = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True).text()
+        prompt_text = history.prompt_text
+        if prompt_text is None:
+            prompt_text = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True).text()
         full = renderer._run_template(jinja.TemplateList(extended.messages), extended.tools, True)
     except ValueError:  # the template's own refusal (TemplateError and its TypeError flavour)
         return None
@@ -323,10 +329,11 @@ def bridged_tokens(
 
 
 def new_message_indices(full: "RenderOutput", offsets: list[int], first_new: int) -> list[int]:
-    """Per token (character offset in the full text), the index in ``new_messages`` of the message whose
-    rendering it belongs to (the template's own message marks), or -1 for scaffolding."""
+    """Per token (character offset in the full text, ascending), the index in ``new_messages`` of the
+    message whose rendering it belongs to (the template's own message marks), or -1 for scaffolding."""
     spans = full.message_spans()
-    indices, span = [], 0
+    span = max(bisect_right(spans, (offsets[0], float("inf"))) - 1, 0) if offsets else 0
+    indices = []
     for offset in offsets:
         while span + 1 < len(spans) and spans[span + 1][0] <= offset:
             span += 1
