@@ -240,16 +240,29 @@ def render_both(renderer: "GeneratedRenderer", history: History, extended: Histo
 def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: str) -> bool:
     """Whether the previous prompt ends as the history's rendering with the generation prompt does.
 
-    Compared on its last few tokens after its last stop token: what precedes that may be a
-    sampled turn kept verbatim, which the template renders differently.
+    Compared on its last few tokens. Under "verbatim" only on those after its last stop token,
+    which must follow a token that ends a turn: what precedes it may be a sampled turn kept as
+    sampled, which the template renders differently.
     """
     tail = prompt[-PROMPT_TAIL_TOKENS:]
-    stops = set(renderer.get_stop_token_ids())
-    last_stop = max((index for index, token in enumerate(tail) if token in stops), default=-1)
-    if 0 <= last_stop < len(tail) - 1:
-        tail = tail[last_stop + 1 :]
+    after_stop = False
+    if renderer.thinking_retention == "verbatim":
+        stops = set(renderer.get_stop_token_ids())
+        last_stop = max((index for index, token in enumerate(tail) if token in stops), default=-1)
+        if 0 <= last_stop < len(tail) - 1:
+            tail, after_stop = tail[last_stop + 1 :], True
     text = renderer.decode(tail).lstrip("\ufffd")  # a multi-byte character cut at the start
-    return bool(text) and prompt_text.endswith(text)
+    if not text or not prompt_text.endswith(text):
+        return False
+    return not after_stop or ends_with_turn_end(renderer, prompt_text[: len(prompt_text) - len(text)])
+
+
+def ends_with_turn_end(renderer: "GeneratedRenderer", text: str) -> bool:
+    """Whether ``text`` ends with a stop token, the close, or (gpt-oss' ``<|end|>``) another added token."""
+    closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
+    return any(token and text.endswith(token) for token in closes) or any(
+        token and text.endswith(token) for token in renderer.encoder.added_token_strings
+    )
 
 
 def no_generation_prompt_or_mismatch(renderer, prompt, history: History, messages) -> None:
