@@ -11,7 +11,8 @@ Reported per family, in one run:
   history recalled from the renderer's memory) over one ``render_ids`` of the whole conversation
   with the generation prompt. Target: at most 2%.
 * **episode**: the 40 rounds driven by the bridge (one ``render_ids`` for the first prompt, then a
-  bridge per round) against re-rendering the conversation every round. Target: at least 10x.
+  bridge per round, the history recalled) against re-rendering the conversation every round.
+  Target: at least 10x.
 
 Before timing, every bridged prompt of the episode is checked against ``render_ids`` of the same
 conversation (assert), and the number of rounds where the bridge returned None is shown (the
@@ -148,10 +149,10 @@ def bench_family(family, rounds: int, samples: int) -> dict:
         lambda: renderer.bridge_to_next_turn(last_prompt, last_completion, last_new, tools=TOOLS), samples
     )
 
-    def drive_with_bridge():
+    def drive_with_bridge():  # as an engine does: the renderer recalls the history of its own prompts
         ids = renderer.render_ids(start, tools=TOOLS, add_generation_prompt=True)
         for (_, completion, history_then, new), (assistant, _) in zip(plan, steps):
-            bridged = renderer.bridge_to_next_turn(ids, completion, new, tools=TOOLS, messages=history_then)
+            bridged = renderer.bridge_to_next_turn(ids, completion, new, tools=TOOLS)
             ids = bridged.token_ids if bridged is not None else renderer.render_ids(
                 history_then + [assistant] + new, tools=TOOLS, add_generation_prompt=True
             )
