@@ -64,6 +64,8 @@ def as_token_ids(value: Any, name: str) -> list[int]:
         raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
     to_list = getattr(value, "tolist", None)  # numpy, torch and array.array give Python ints
     ids = to_list() if callable(to_list) else value
+    if not isinstance(ids, (list, tuple)) and not hasattr(ids, "__iter__"):  # a 0-d array
+        raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
     ids = ids if type(ids) is list else list(ids)
     try:
         total = sum(ids)  # one pass in C that raises on anything that is not a number

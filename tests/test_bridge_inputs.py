@@ -73,6 +73,7 @@ def test_any_sequence_of_ints_is_accepted(llama):
         ([1, None, 2], "found None"),
         ([1, 2.5], "found 2.5"),
         ([[1, 2]], r"found \[1, 2\]"),
+        (pytest.importorskip("numpy").array(5), "sequence of token ids"),
     ],
 )
 def test_other_ids_are_a_clear_value_error(llama, bad, found):
