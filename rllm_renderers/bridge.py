@@ -174,13 +174,18 @@ class PromptHistories:
 
 
 def history_of(renderer: "GeneratedRenderer", prompt: list[int], messages, tools) -> History | None:
-    """The conversation ``prompt`` was rendered from: ``messages`` when given, else the renderer's memory."""
+    """The conversation ``prompt`` was rendered from: ``messages`` when given, else the renderer's memory.
+
+    With ``messages``, a remembered prompt still lends its text (the template run it saves is
+    only needed to know that text).
+    """
+    remembered = renderer.prompt_histories.recall(prompt)
     if messages is None:
-        return renderer.prompt_histories.recall(prompt)
+        return remembered
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be the non-empty list of messages the previous prompt was rendered from")
     template_messages, template_tools = renderer.template_inputs(list(messages), tools)
-    return History(list(template_messages), template_tools)
+    return History(list(template_messages), template_tools, remembered.prompt_text if remembered else None)
 
 
 # --- the bridge ---------------------------------------------------------------------------
@@ -221,7 +226,7 @@ def bridge_turn(
     if suffix_start is None:
         return None
     result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new)
-    if result is not None and messages is None:
+    if result is not None:
         renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full.text()))
     return result
 
