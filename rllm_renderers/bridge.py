@@ -18,23 +18,25 @@ History-dependent template state (a flag set by the first tool result of the con
 the parity of a message's index, a system prompt) comes from the real history, never from
 stand-ins: ``messages=`` (the conversation ``p`` was rendered from, without the sampled turn),
 or else the renderer's memory of prompts it produced itself (``render_ids`` with the
-generation prompt, and earlier bridge results), keyed by the prompt's exact ids. A prompt the renderer cannot trace back to its messages gets ``None``.
+generation prompt, and earlier bridge results), keyed by the prompt's exact ids (and the same
+tools). A prompt the renderer cannot trace back to its messages gets ``None``.
 
 ``None`` also when: no previous prompt or no new message; an assistant message among the new
 ones; the completion does not parse into a turn the template can render (reasoning left open,
 a malformed tool call); the template rejects the new messages; the previous prompt was not
 rendered with the generation prompt.
 
-Cost: the new messages (and ``messages=``, when given) are converted once; the translated
-template runs twice (history alone, history with the new turn; no tokenizer involved); only
-the completion is decoded and only ``S`` is encoded.
+Cost: the new messages (and ``messages=``, when given) are converted once for the template;
+the translated template runs once over the whole conversation (twice when the prompt is not
+remembered: its text is needed too); no tokenizer work on the history: only the completion is
+decoded and only ``S`` is encoded.
 """
 
 from __future__ import annotations
 
 import operator
-from bisect import bisect_right
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -180,6 +182,8 @@ def history_of(renderer: "GeneratedRenderer", prompt: list[int], messages, tools
     only needed to know that text).
     """
     remembered = renderer.prompt_histories.recall(prompt)
+    if remembered is not None and remembered.tools != jinja.template_data(tools):
+        remembered = None  # rendered with other tools: not this conversation
     if messages is None:
         return remembered
     if not isinstance(messages, (list, tuple)) or not messages:
@@ -205,6 +209,10 @@ def bridge_turn(
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):
         return None
+    try:
+        renderer.normalize_messages(new)
+    except ValueError as exc:  # a role the template does not render, a malformed tool call
+        raise ValueError(f"new_messages: {exc}") from None
     history = history_of(renderer, prompt, messages, tools)
     if history is None:
         return None
@@ -215,7 +223,7 @@ def bridge_turn(
     try:
         extended = History(history.messages + list(renderer.template_inputs([sampled] + new, tools)[0]), history.tools)
     except ValueError:
-        return None  # a role or tool call the template does not render
+        return None  # the sampled turn as parsed is not a message the template takes
     renders = render_both(renderer, history, extended)
     if renders is None:
         return None

@@ -91,6 +91,7 @@ def test_other_ids_are_a_clear_value_error(llama, bad, found):
         (["hi"], r"new_messages\[0\] must be a message dict, got str"),
         ([FOLLOW_UP, {"content": "x"}], r"new_messages\[1\] has no string 'role'"),
         (FOLLOW_UP, "new_messages must be a list of message dicts, got dict"),
+        ([{"role": "tool", "content": "x", "tool_calls": [{"function": {}}]}], "new_messages: malformed tool call in message 0"),
     ],
 )
 def test_bad_new_messages_are_named(llama, new, message):
@@ -125,6 +126,7 @@ def test_history_comes_from_the_renderer_or_the_caller_never_a_guess(llama):
     assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None
     assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
     assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]).token_ids == expected
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS) is None  # not its tools
     for clone in (pickle.loads(pickle.dumps(renderer)), copy.deepcopy(renderer)):
         assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None  # starts empty
         assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
