@@ -176,28 +176,31 @@ class DifferentialChecker:
         return Failure(case, f"the template raised {rejection!r} but the renderer rendered")
 
 
+#: Jinja's own refusals; the runtime raises them as a plain ``TemplateError``.
+TEMPLATE_REFUSALS = ("TemplateError", "UndefinedError", "SecurityError")
+#: Refusals whose message is part of the contract (``raise_exception``, apply_chat_template's own checks).
+SAME_MESSAGE = ("TemplateError", "ValueError")
+
+
 def rejection_mismatch(rejection: OracleRejected, exc: BaseException) -> str | None:
     """None when the renderer refused the way Jinja did, else what differs.
 
-    ``raise_exception`` (TemplateError) and an undefined value used (UndefinedError) must come
-    out as the runtime's ``TemplateError`` with Jinja's message; a Jinja ``TypeError`` as a
-    ``TypeError``; anything else Jinja or transformers raise (``ValueError`` for an empty
-    conversation, ...) as an exception of that name with the same message. A ``KeyError`` or
-    ``AttributeError`` from generated code where Jinja raised ``UndefinedError`` is a
-    translation bug, never "rejected alike".
+    ``raise_exception`` (TemplateError, same message), an undefined value used (UndefinedError)
+    and the sandbox's SecurityError must come out as the runtime's ``TemplateError``; a Jinja
+    ``TypeError`` as a ``TypeError`` (the runtime's ``TemplateTypeError``); anything else as an
+    exception of the same name (``ValueError`` for an empty conversation: same message too). A
+    ``KeyError`` or ``AttributeError`` from generated code where Jinja raised ``UndefinedError``
+    is a translation bug, never "rejected alike".
     """
     expected = rejection.exc_type_name
     got = f"{type(exc).__name__}: {exc}"
-    if expected in ("TemplateError", "UndefinedError"):
-        if not isinstance(exc, jinja.TemplateError) or isinstance(exc, TypeError):
-            return f"the template raised {expected} ({rejection.message!r}); the renderer raised {got}"
-        if str(exc) != rejection.message:
-            return f"messages differ: {rejection.message!r} vs {str(exc)!r}"
-        return None
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if expected not in names:
+    if expected in TEMPLATE_REFUSALS:
+        kind_ok = isinstance(exc, jinja.TemplateError) and not isinstance(exc, TypeError)
+    else:
+        kind_ok = expected in {cls.__name__ for cls in type(exc).__mro__}
+    if not kind_ok:
         return f"the template raised {expected} ({rejection.message!r}); the renderer raised {got}"
-    if expected != "TypeError" and str(exc) != rejection.message:
+    if expected in SAME_MESSAGE and str(exc) != rejection.message:
         return f"messages differ: {rejection.message!r} vs {str(exc)!r}"
     return None
 

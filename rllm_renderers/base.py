@@ -22,12 +22,7 @@ from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
-
-class TemplateTypeError(jinja.TemplateError, TypeError):
-    """The template ran into a type error on this input, as Jinja would (e.g. ``str + int``).
-
-    Both a ``ValueError`` (the template refuses the input) and a ``TypeError`` (what Jinja raises).
-    """
+TemplateTypeError = jinja.TemplateTypeError  # what a Python TypeError in the template becomes
 
 
 class _PrimeConfigClass:
@@ -220,7 +215,7 @@ class GeneratedRenderer(ABC):
         except jinja.TemplateError:
             raise
         except TypeError as exc:
-            raise TemplateTypeError(str(exc)) from exc
+            raise jinja.TemplateTypeError(str(exc)) from exc
         except Exception as exc:
             if hasattr(exc, "add_note"):  # Python 3.11+
                 exc.add_note(f"{type(self).__name__}: while rendering {rendering_position(out)}")

@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "TemplateError",
+    "TemplateTypeError",
     "Undefined",
     "TemplateDict",
     "TemplateList",
@@ -79,6 +80,12 @@ __all__ = [
 
 class TemplateError(ValueError):
     """The template rejected its input (``raise_exception``) or failed on it."""
+
+
+class TemplateTypeError(TemplateError, TypeError):
+    """The template ran into a type error on this input, where Jinja raises ``TypeError``
+    (``"a" + 1``, ``tojson`` of an undefined value): both a refusal (``ValueError``) and a
+    ``TypeError``, with the same message."""
 
 
 class Undefined:
@@ -364,7 +371,7 @@ def tojson(
     try:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     except TypeError as exc:
-        raise TemplateError(str(exc)) from exc
+        raise TemplateTypeError(str(exc)) from exc
 
 
 def trim(value: Any, chars: str | None = None) -> str:
@@ -384,7 +391,7 @@ def items(value: Any) -> list[tuple[Any, Any]]:
     if isinstance(value, Undefined):
         return []
     if not isinstance(value, Mapping):
-        raise TemplateError("Can only get item pairs from a mapping.")
+        raise TemplateTypeError("Can only get item pairs from a mapping.")
     return list(value.items())
 
 
