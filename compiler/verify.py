@@ -19,6 +19,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from rllm_renderers import template_runtime as jinja
+
 from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
 from .oracle import OracleRejected, TemplateOracle
@@ -180,15 +182,43 @@ class DifferentialChecker:
     def _check_rejection(self, renderer, messages, arguments, case, rejection: OracleRejected) -> Failure | None:
         try:
             renderer.render_text(messages, **arguments)
-        except ValueError as exc:
-            if rejection.exc_type_name == "TemplateError" and str(exc) != rejection.message:
-                return Failure(case, f"both refuse, but with different messages: {rejection.message!r} vs {str(exc)!r}")
+        except Exception as exc:
+            mismatch = rejection_mismatch(rejection, exc)
+            if mismatch is not None:
+                return Failure(case, f"both refuse, but differently: {mismatch}")
             self.report.text_matched += 1
             self.report.rejected_alike += 1
             return None
-        except Exception as exc:
-            return Failure(case, f"the template raised {rejection!r}; the renderer raised {type(exc).__name__}: {exc}")
         return Failure(case, f"the template raised {rejection!r} but the renderer rendered")
+
+
+#: Jinja's own refusals; the runtime raises them as a plain ``TemplateError``.
+TEMPLATE_REFUSALS = ("TemplateError", "UndefinedError", "SecurityError")
+#: Refusals whose message is part of the contract (``raise_exception``, apply_chat_template's own checks).
+SAME_MESSAGE = ("TemplateError", "ValueError")
+
+
+def rejection_mismatch(rejection: OracleRejected, exc: BaseException) -> str | None:
+    """None when the renderer refused the way Jinja did, else what differs.
+
+    ``raise_exception`` (TemplateError, same message), an undefined value used (UndefinedError)
+    and the sandbox's SecurityError must come out as the runtime's ``TemplateError``; a Jinja
+    ``TypeError`` as a ``TypeError`` (the runtime's ``TemplateTypeError``); anything else as an
+    exception of the same name (``ValueError`` for an empty conversation: same message too). A
+    ``KeyError`` or ``AttributeError`` from generated code where Jinja raised ``UndefinedError``
+    is a translation bug, never "rejected alike".
+    """
+    expected = rejection.exc_type_name
+    got = f"{type(exc).__name__}: {exc}"
+    if expected in TEMPLATE_REFUSALS:
+        kind_ok = isinstance(exc, jinja.TemplateError) and not isinstance(exc, TypeError)
+    else:
+        kind_ok = expected in {cls.__name__ for cls in type(exc).__mro__}
+    if not kind_ok:
+        return f"the template raised {expected} ({rejection.message!r}); the renderer raised {got}"
+    if expected in SAME_MESSAGE and str(exc) != rejection.message:
+        return f"messages differ: {rejection.message!r} vs {str(exc)!r}"
+    return None
 
 
 def verify(

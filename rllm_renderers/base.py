@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from . import template_runtime as jinja
-from .bridge import RETENTION_POLICIES, bridge_turn
+from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from .output import RenderOutput
 from .parsing import as_token_ids, decoded_prefix_lengths, parse_text, to_parsed_response, token_index_at
@@ -21,6 +21,8 @@ from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+TemplateTypeError = jinja.TemplateTypeError  # what a Python TypeError in the template becomes
 
 
 class _PrimeConfigClass:
@@ -98,6 +100,8 @@ class GeneratedRenderer(ABC):
             self._check_special_tokens(tokenizer)
         self._encoder = None
         self._generation_prompt: str | None = None
+        #: The conversations behind prompts rendered with the generation prompt (for the bridge).
+        self.prompt_histories = PromptHistories()
 
     def _check_special_tokens(self, tokenizer: Any) -> None:
         for name, baked in self.SPECIAL_TOKENS.items():
@@ -114,6 +118,7 @@ class GeneratedRenderer(ABC):
         state = self.__dict__.copy()
         state["_encoder"] = None
         state["_generation_prompt"] = None
+        state["prompt_histories"] = PromptHistories()
         return state
 
     # --- inputs ---------------------------------------------------------------------
@@ -242,20 +247,32 @@ class GeneratedRenderer(ABC):
     def _render_output(
         self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
     ) -> RenderOutput:
+        return self._run_template(*self._template_history(messages, tools), add_generation_prompt)
+
+    def _template_history(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
         if not messages:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        template_messages, template_tools = self.template_inputs(messages, tools)
+        return self.template_inputs(messages, tools)
+
+    def _run_template(self, template_messages: list, template_tools: Any, add_generation_prompt: bool) -> RenderOutput:
+        """Run the translated template on converted inputs.
+
+        What the template raises itself (``raise_exception``, an undefined value used) is a
+        ``TemplateError``; a Python ``TypeError`` (where Jinja raises one too) becomes a
+        :class:`TemplateTypeError` with the same message. Anything else (``KeyError``,
+        ``AttributeError``, ...) is not something Jinja raises: it propagates as it is, with a
+        note naming the message being rendered.
+        """
         out = RenderOutput(template_messages)
         try:
             self.render_template(out, template_messages, template_tools, None, bool(add_generation_prompt))
         except jinja.TemplateError:
             raise
-        except Exception as exc:  # whatever Python raised where Jinja would have: the template refuses
-            index = out.marks[-1][1] if out.marks else -1
-            where = f"message {index} (role {messages[index].get('role')!r})" if index >= 0 else "this conversation"
-            raise jinja.TemplateError(
-                f"{type(self).__name__}: the template cannot render {where}: {type(exc).__name__}: {exc}"
-            ) from exc
+        except TypeError as exc:  # Jinja raises the same TypeError: the template refuses this input
+            raise jinja.TemplateTypeError(f"{type(self).__name__}: cannot render {rendering_position(out, template_messages)}: {exc}") from exc
+        except Exception as exc:  # not a refusal Jinja would make: surface it as itself, saying where
+            exc.add_note(f"{type(self).__name__}: while rendering {rendering_position(out, template_messages)}")
+            raise
         return out
 
     def render_text(
@@ -278,7 +295,12 @@ class GeneratedRenderer(ABC):
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> list[int]:
         """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``."""
-        return self.encoder.encode(self.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        template_messages, template_tools = self._template_history(messages, tools)
+        text = self._run_template(template_messages, template_tools, add_generation_prompt).text()
+        ids = self.encoder.encode(text)
+        if add_generation_prompt:  # a prompt the bridge may be asked to go on from
+            self.prompt_histories.remember(ids, History(list(template_messages), template_tools, text))
+        return ids
 
     def render(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
@@ -441,10 +463,28 @@ class GeneratedRenderer(ABC):
         new_messages: list[Message],
         *,
         tools: list[ToolSpec] | None = None,
+        messages: list[Message] | None = None,
     ) -> RenderedTokens | None:
-        """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
-        generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
-        return self._result(bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools))
+        """``previous_prompt_ids + previous_completion_ids`` (cut at its stop, or closed) extended by
+        exactly what the template renders for ``new_messages`` and the generation prompt, or None
+        when the caller must re-render.
+
+        ``messages``: the conversation the previous prompt was rendered from (without the sampled
+        turn). Without it the renderer must have produced that prompt itself (``render_ids`` with
+        the generation prompt, or an earlier bridge). The full contract is in
+        :mod:`rllm_renderers.bridge`.
+        """
+        return self._result(
+            bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages)
+        )
+
+
+def rendering_position(out: RenderOutput, messages: list[Message]) -> str:
+    """Which message the template was rendering when it stopped (from the output's last mark)."""
+    index = out.marks[-1][1] if out.marks else -1
+    if index < 0:
+        return "the text outside the message loop"
+    return f"message {index} (role {messages[index].get('role')!r})"
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:

@@ -1,171 +1,370 @@
-"""Extend a sampled turn with the next messages without re-rendering history.
+"""Extend a sampled turn with the next messages without re-encoding history.
 
-``bridge_to_next_turn(p, c, new)`` returns tokens that start with ``p + c`` byte
-for byte, followed by exactly what the template renders for ``new`` plus the
-generation prompt, or None ("re-render"). The tokens for ``new`` come from the
-renderer itself (so from the template): it renders a small stand-in history
-ending with the sampled assistant turn (parsed back from ``c``), once without
-and once with ``new``, and takes what the second adds.
+Contract of ``bridge_turn(renderer, p, c, new, tools=..., messages=...)``:
 
-It returns None when:
+* ``c'`` is the completion ``c`` cut right after its first stop token, or, when it was
+  truncated before any, ``c`` with the template's close token appended.
+* The result is ``None`` or tokens ``p + c' + S``, where ``S`` is exactly what the template
+  writes after the sampled turn for ``new`` and the generation prompt, given the real
+  history: ``S`` is cut from ``render(history + [sampled turn] + new,
+  add_generation_prompt=True)`` right after the sampled turn's close and encoded alone
+  (after the close token, as the tokenizer sees it in the full text).
+* ``thinking_retention="template"``: the result is non-None exactly when that full render
+  starts with the text of ``p + c'`` (the template does not rewrite history), and then its
+  text is the full render's text. ``"verbatim"``: the sampled tokens are kept as sampled,
+  also where the template would rewrite them.
 
-* there is no previous prompt, no new message, or an assistant message among them;
-* the template renders ``new`` differently depending on earlier history (two
-  stand-in histories disagree), so the right tokens cannot be known from ids;
-* the template rejects ``new`` after such a turn;
-* the template would rewrite the sampled turn (drop its reasoning, re-serialise
-  its tool arguments, render its close differently) and the retention policy is
-  ``"template"``. With ``"verbatim"`` the sampled tokens are kept as they are.
+History-dependent template state (a flag set by the first tool result of the conversation,
+the parity of a message's index, a system prompt) comes from the real history, never from
+stand-ins: ``messages=`` (the conversation ``p`` was rendered from, without the sampled turn),
+or else the renderer's memory of prompts it produced itself (``render_ids`` with the
+generation prompt, and earlier bridge results), keyed by the prompt's exact ids (and the same
+tools). A prompt the renderer cannot trace back to its messages gets ``None``.
 
-A completion truncated before its close gets the template's close token; one
-that ran past a stop token is cut right after it.
+``None`` also when: no previous prompt or no new message; an assistant message among the new
+ones; the completion does not parse into a turn the template can render (reasoning left open,
+a malformed tool call); the template rejects the new messages; the previous prompt was not
+rendered with the generation prompt.
+
+Cost: the new messages (and ``messages=``, when given) are converted once for the template;
+the translated template runs once over the whole conversation (twice when the prompt is not
+remembered: its text is needed too); no tokenizer work on the history: only the completion is
+decoded and only ``S`` is encoded.
 """
 
 from __future__ import annotations
 
+import operator
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import template_runtime as jinja
 from .turns import cut_at_stop, tool_names
 from .types import Message, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import GeneratedRenderer
+    from .output import RenderOutput
 
-STAND_IN_USER = {"role": "user", "content": "Hello."}
 RETENTION_POLICIES = ("template", "verbatim")
+#: Parsed tool-call statuses the template can render again: a call of an undeclared tool, or one
+#: with an empty name, is still a well-formed call.
+RENDERABLE_CALLS = ("ok", "unknown_tool", "missing_name")
+#: Tokens at the end of the previous prompt compared with the end of the history's rendering.
+PROMPT_TAIL_TOKENS = 16
 
 
-def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int]:
+# --- inputs -------------------------------------------------------------------------------
+
+
+def as_token_ids(value: Any, name: str) -> list[int]:
+    """``value`` as a list of ints: a list, tuple, ``array.array``, numpy array or torch tensor of integers."""
+    if isinstance(value, (str, bytes, bytearray, dict)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
+    to_list = getattr(value, "tolist", None)  # numpy, torch and array.array give Python ints
+    ids = to_list() if callable(to_list) else value
+    if not isinstance(ids, (list, tuple)) and not hasattr(ids, "__iter__"):  # a 0-d array
+        raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
+    ids = ids if type(ids) is list else list(ids)
+    try:
+        total = sum(ids)  # one pass in C that raises on anything that is not a number
+    except TypeError:
+        total = None
+    if type(total) is not int:  # a non-number, a float, or integer scalars of another library
+        try:
+            ids = [operator.index(token) for token in ids]
+        except TypeError:
+            bad = next(token for token in ids if not hasattr(token, "__index__"))
+            raise ValueError(f"{name} must contain only token ids (ints), found {bad!r}") from None
+    return ids
+
+
+def checked_new_messages(new_messages: Any) -> list[Message]:
+    """The new messages as a list of dicts with a string role; anything else is a ValueError naming it."""
+    if not isinstance(new_messages, (list, tuple)):
+        raise ValueError(f"new_messages must be a list of message dicts, got {type(new_messages).__name__}")
+    for index, message in enumerate(new_messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"new_messages[{index}] must be a message dict, got {type(message).__name__}")
+        if not isinstance(message.get("role"), str):
+            raise ValueError(f"new_messages[{index}] has no string 'role'")
+    return list(new_messages)
+
+
+# --- the sampled turn ---------------------------------------------------------------------
+
+
+def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int] | None:
     """The completion cut right after its first stop token, or with the template's close appended."""
     close_id = renderer.encoder.token_id(renderer.TURN.close)
-    return cut_at_stop(list(completion_ids), renderer.get_stop_token_ids(), close_id)
+    return cut_at_stop(completion_ids, renderer.get_stop_token_ids(), close_id)
 
 
 def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
-    """The assistant message the completion encodes, or None when it does not parse cleanly."""
+    """The assistant message the completion encodes, or None when it does not parse cleanly.
+
+    A tool-call turn without text gets ``content=""``: transformers drops ``content=None``
+    before rendering, and several templates refuse an assistant message without content.
+    """
     parsed = renderer.parse_response(completion_ids, tools=tools)
-    if parsed.reasoning_complete is False or any(call.status != "ok" for call in parsed.tool_calls):
+    if parsed.reasoning_complete is False or any(call.status not in RENDERABLE_CALLS for call in parsed.tool_calls):
         return None
-    message: Message = {"role": "assistant", "content": parsed.content}
+    message: Message = {"role": "assistant", "content": parsed.content or ""}
     if parsed.reasoning_content is not None:
         message["reasoning_content"] = parsed.reasoning_content
     if parsed.tool_calls:
         message["tool_calls"] = [
-            {"id": f"call_{index}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
             for index, call in enumerate(parsed.tool_calls)
         ]
-        if not parsed.content:
-            message["content"] = None
     return message
 
 
-def stand_in_histories(assistant: Message) -> list[list[list[Message]]]:
-    """Kinds of history ending with the sampled turn, each as alternatives to try in order.
+# --- the history behind a prompt ----------------------------------------------------------
 
-    A bare one, and one with an earlier tool round (templates such as DeepSeek-V3
-    render a tool result differently when an earlier one exists). Templates disagree
-    on what an earlier tool-calling turn may look like, hence the alternatives.
+
+@dataclass(frozen=True)
+class History:
+    """A conversation as the template sees it (converted messages and tools), and, when known, the
+    template's text for it with the generation prompt."""
+
+    messages: list
+    tools: Any
+    prompt_text: str | None = None
+
+
+class PromptHistories:
+    """The conversations behind the prompts a renderer produced, so that the bridge can go on
+    from a prompt without being handed its messages.
+
+    Keyed by the prompt's exact ids: their number and Python's hash of them, checked against
+    the last ids on lookup. Bounded (least recently used entries go first) and thread-safe;
+    a copied or unpickled renderer starts empty.
     """
-    earlier_call = {"id": "call00001", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
-    result = {"role": "tool", "tool_call_id": "call00001", "content": "result"}
-    earlier_turns = [
-        {"role": "assistant", "content": None, "tool_calls": [earlier_call]},
-        {"role": "assistant", "content": "", "tool_calls": [earlier_call]},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [earlier_call]},
-    ]
-    return [
-        [[STAND_IN_USER, assistant]],
-        [[STAND_IN_USER, earlier, result, assistant] for earlier in earlier_turns],
-    ]
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return (PromptHistories, (self.size,))
+
+    @staticmethod
+    def _key(ids: list[int]) -> tuple[int, int]:
+        return (len(ids), hash(tuple(ids)))
+
+    def remember(self, ids: list[int], history: History) -> None:
+        key = self._key(ids)
+        with self._lock:
+            self._entries[key] = (ids[-PROMPT_TAIL_TOKENS:], history)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def recall(self, ids: list[int]) -> History | None:
+        key = self._key(ids)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != ids[-PROMPT_TAIL_TOKENS:]:
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+
+def history_of(renderer: "GeneratedRenderer", prompt: list[int], messages, tools) -> History | None:
+    """The conversation ``prompt`` was rendered from: ``messages`` when given, else the renderer's memory.
+
+    With ``messages``, a remembered prompt still lends its text (the template run it saves is
+    only needed to know that text).
+    """
+    remembered = renderer.prompt_histories.recall(prompt)
+    if remembered is not None and remembered.tools != jinja.template_data(tools):
+        remembered = None  # rendered with other tools: not this conversation
+    if messages is None:
+        return remembered
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError("messages must be the non-empty list of messages the previous prompt was rendered from")
+    template_messages, template_tools = renderer.template_inputs(list(messages), tools)
+    return History(list(template_messages), template_tools, remembered.prompt_text if remembered else None)
+
+
+# --- the bridge ---------------------------------------------------------------------------
 
 
 def bridge_turn(
     renderer: "GeneratedRenderer",
-    previous_prompt_ids: list[int],
-    previous_completion_ids: list[int],
-    new_messages: list[Message],
+    previous_prompt_ids: Any,
+    previous_completion_ids: Any,
+    new_messages: Any,
     *,
     tools: list[ToolSpec] | None = None,
+    messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
-    if not previous_prompt_ids or not new_messages:
+    prompt = as_token_ids(previous_prompt_ids, "previous_prompt_ids")
+    completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
+    new = checked_new_messages(new_messages)
+    if not prompt or not new or any(message["role"] == "assistant" for message in new):
         return None
-    if any(message.get("role") == "assistant" for message in new_messages):
+    try:
+        renderer.normalize_messages(new)
+    except ValueError as exc:  # a role the template does not render, a malformed tool call
+        raise ValueError(f"new_messages: {exc}") from None
+    history = history_of(renderer, prompt, messages, tools)
+    if history is None:
         return None
-    completion = closed_completion(renderer, previous_completion_ids)
-    assistant = sampled_turn_as_message(renderer, completion, tools)
-    if assistant is None:
+    kept = closed_completion(renderer, completion)
+    sampled = sampled_turn_as_message(renderer, kept, tools) if kept else None
+    if sampled is None:
         return None
-    completion_text = renderer.decode(completion)
-    generation_prompt = renderer.generation_prompt()
-    suffixes: set[str] = set()
-    faithful = True
-    for alternatives in stand_in_histories(assistant):
-        rendered = first_rendering(renderer, alternatives, new_messages, tools)
-        if rendered is None:
-            continue  # the template rejects this kind of history (e.g. it has no tool role)
-        history, before, after_output = rendered
-        after = after_output.text()
-        new_start = message_start(after_output, len(history))
-        turn_start = message_start(after_output, len(history) - 1)
-        if new_start is None or turn_start is None:
-            return None
-        turn_text = after[turn_start:new_start]
-        expected_turn = generation_prompt + completion_text + renderer.TURN.after_close
-        if not after.startswith(before) or turn_text != expected_turn:
-            faithful = False
-        suffixes.add(renderer.TURN.after_close + after[new_start:])
-    if len(suffixes) != 1:
-        return None  # rejected everywhere, or rendering the new messages depends on earlier history
-    if not faithful and renderer.thinking_retention == "template":
+    try:
+        extended = History(history.messages + list(renderer.template_inputs([sampled] + new, tools)[0]), history.tools)
+    except ValueError:
+        return None  # the sampled turn as parsed is not a message the template takes
+    renders = render_both(renderer, history, extended)
+    if renders is None:
         return None
-    suffix = suffixes.pop()
-    prefix_ids = list(previous_prompt_ids) + completion
-    suffix_ids, suffix_offsets = renderer.encoder.encode_with_offsets(suffix)
-    indices = suffix_message_indices(renderer, new_messages, tools, suffix, suffix_offsets)
-    return RenderedTokens(
-        token_ids=prefix_ids + suffix_ids,
-        message_indices=[-1] * len(prefix_ids) + indices,
-        sampled_mask=[False] * (len(prefix_ids) + len(suffix_ids)),
-        is_content=[],
-        message_roles=[message.get("role", "") for message in new_messages],
-        message_tool_names=tool_names(new_messages),
+    prompt_text, full = renders
+    if not ends_like(renderer, prompt, prompt_text):
+        return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
+    suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, len(history.messages))
+    if suffix_start is None:
+        return None
+    result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new)
+    if result is not None:
+        renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full.text()))
+    return result
+
+
+def render_both(renderer: "GeneratedRenderer", history: History, extended: History):
+    """(the history's text with the generation prompt, output of the extended conversation), or None
+    when the template refuses."""
+    try:
+        prompt_text = history.prompt_text
+        if prompt_text is None:
+            prompt_text = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True).text()
+        full = renderer._run_template(jinja.TemplateList(extended.messages), extended.tools, True)
+    except ValueError:  # the template's own refusal (TemplateError and its TypeError flavour)
+        return None
+    return prompt_text, full
+
+
+def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: str) -> bool:
+    """Whether the previous prompt ends as the history's rendering with the generation prompt does.
+
+    Compared on its last few tokens. Under "verbatim" only on those after its last stop token,
+    which must follow a token that ends a turn: what precedes it may be a sampled turn kept as
+    sampled, which the template renders differently.
+    """
+    tail = prompt[-PROMPT_TAIL_TOKENS:]
+    after_stop = False
+    if renderer.thinking_retention == "verbatim":
+        stops = set(renderer.get_stop_token_ids())
+        last_stop = max((index for index, token in enumerate(tail) if token in stops), default=-1)
+        if 0 <= last_stop < len(tail) - 1:
+            tail, after_stop = tail[last_stop + 1 :], True
+    text = renderer.decode(tail).lstrip("\ufffd")  # a multi-byte character cut at the start
+    if not text or not prompt_text.endswith(text):
+        return False
+    return not after_stop or ends_with_turn_end(renderer, prompt_text[: len(prompt_text) - len(text)])
+
+
+def ends_with_turn_end(renderer: "GeneratedRenderer", text: str) -> bool:
+    """Whether ``text`` ends with a stop token, the close, or (gpt-oss' ``<|end|>``) another added token."""
+    closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
+    return any(token and text.endswith(token) for token in closes) or any(
+        token and text.endswith(token) for token in renderer.encoder.added_token_strings
     )
 
 
-def first_rendering(renderer, alternatives, new_messages, tools):
-    """(history, text without the new messages, output with them) for the first history that renders."""
-    for history in alternatives:
-        try:
-            before = renderer.render_text(history, tools=tools)
-            after_output = renderer._render_output(history + list(new_messages), tools, True)
-        except ValueError:
-            continue
-        return history, before, after_output
-    return None
+def no_generation_prompt_or_mismatch(renderer, prompt, history: History, messages) -> None:
+    """The prompt does not end like its history rendered with the generation prompt.
+
+    Rendered without it (Gemma would then get no model header): None. Anything else means
+    ``messages`` is not the conversation of this prompt, which is the caller's error.
+    """
+    if messages is None:
+        return None  # the memory holds prompts with the generation prompt only
+    try:
+        without = renderer._run_template(jinja.TemplateList(history.messages), history.tools, False).text()
+    except ValueError:
+        without = None
+    if without is not None and ends_like(renderer, prompt, without):
+        return None
+    raise ValueError(
+        "previous_prompt_ids do not end as the template renders `messages` with the generation prompt; "
+        "pass the conversation the previous prompt was rendered from (without the sampled turn)"
+    )
 
 
-def message_start(output: Any, message_index: int) -> int | None:
-    """Character offset where the template starts rendering ``message_index``."""
-    for offset, index in output.message_spans():
-        if index == message_index:
-            return offset
-    return None
+def sampled_turn_end(
+    renderer: "GeneratedRenderer", prompt_text: str, completion_text: str, full: "RenderOutput", turn_index: int
+) -> int | None:
+    """Where in the full rendering the sampled turn (with its close) ends, or None.
+
+    When the full rendering starts with prompt + completion, right after them. Otherwise the
+    template rewrote history: None under the "template" policy; under "verbatim", the end of
+    the turn's close as the template writes it (see :func:`close_end`).
+    """
+    text = full.text()
+    if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
+        return len(prompt_text) + len(completion_text)
+    if renderer.thinking_retention == "template":
+        return None
+    starts = {index: offset for offset, index in reversed(full.message_spans())}  # index -> first character
+    turn_start, new_start = starts.get(turn_index), starts.get(turn_index + 1)
+    if turn_start is None or new_start is None:
+        return None
+    return close_end(renderer, text, turn_start, new_start)
 
 
-def suffix_message_indices(renderer, new_messages, tools, suffix: str, offsets: list[int]) -> list[int]:
-    """Attribute bridge tokens to new messages by locating each message's content in the suffix."""
-    indices = [-1] * len(offsets)
-    cursor = 0
-    boundaries = []
-    for index, message in enumerate(new_messages):
-        content = message.get("content")
-        if isinstance(content, str) and content:
-            at = suffix.find(content, cursor)
-            if at >= 0:
-                boundaries.append((at, at + len(content), index))
-                cursor = at + len(content)
-    for token, offset in enumerate(offsets):
-        for start, end, index in boundaries:
-            if start <= offset < end:
-                indices[token] = index
+def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) -> int | None:
+    """The end of the last turn-ending token the template writes in ``text[start:end]`` (a turn's span).
+
+    A stop token or the close when there is one; else the last added token (gpt-oss closes a
+    turn in history with ``<|end|>``, which the model never samples).
+    """
+    closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
+    found = max(((text.rfind(token, start, end), token) for token in closes if token), default=(-1, ""))
+    if found[0] < 0:
+        added = renderer.encoder.added_token_strings
+        found = max(((text.rfind(token, start, end), token) for token in added if token), default=(-1, ""))
+    return found[0] + len(found[1]) if found[0] >= 0 else None
+
+
+def bridged_tokens(
+    renderer: "GeneratedRenderer", prefix: list[int], full: "RenderOutput", suffix_start: int, first_new: int, new
+) -> RenderedTokens | None:
+    """``prefix`` + the full rendering's text from ``suffix_start`` on, encoded after the close token."""
+    anchor = renderer.decode(prefix[-1:])
+    text = full.text()
+    ids, offsets = renderer.encoder.encode_with_offsets(anchor + text[suffix_start:])
+    if ids[:1] != prefix[-1:]:
+        return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
+    suffix_ids, suffix_offsets = ids[1:], offsets[1:]
+    return RenderedTokens(
+        token_ids=prefix + suffix_ids,
+        message_indices=[-1] * len(prefix)
+        + new_message_indices(full, [suffix_start - len(anchor) + offset for offset in suffix_offsets], first_new),
+        sampled_mask=[False] * (len(prefix) + len(suffix_ids)),
+        is_content=[],
+        message_roles=[message.get("role", "") for message in new],
+        message_tool_names=tool_names(new),
+    )
+
+
+def new_message_indices(full: "RenderOutput", offsets: list[int], first_new: int) -> list[int]:
+    """Per token (character offset in the full text, ascending), the index in ``new_messages`` of the
+    message whose rendering it belongs to (the template's own message marks), or -1 for scaffolding."""
+    spans = full.message_spans()
+    span = max(bisect_right(spans, (offsets[0], float("inf"))) - 1, 0) if offsets else 0
+    indices = []
+    for offset in offsets:
+        while span + 1 < len(spans) and spans[span + 1][0] <= offset:
+            span += 1
+        index = spans[span][1]
+        indices.append(index - first_new if index >= first_new else -1)
     return indices

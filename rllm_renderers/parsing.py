@@ -101,7 +101,7 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
     if name_end < 0:
         return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
-    name = text[name_at:name_end].strip()
+    name = text[name_at:name_end].strip(" \t\r\n")  # the syntax's whitespace, not a name's own characters
     body_at = name_end + len(syntax.name_end)
     if syntax.style == "xml":
         call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 __all__ = [
     "TemplateError",
+    "TemplateTypeError",
     "Undefined",
     "TemplateDict",
     "TemplateList",
@@ -38,6 +39,12 @@ __all__ = [
 
 class TemplateError(ValueError):
     """The template rejected its input (``raise_exception``) or failed on it."""
+
+
+class TemplateTypeError(TemplateError, TypeError):
+    """The template ran into a type error on this input, where Jinja raises ``TypeError``
+    (``"a" + 1``, ``tojson`` of an undefined value): both a refusal (``ValueError``) and a
+    ``TypeError``, with the same message."""
 
 
 class Undefined:

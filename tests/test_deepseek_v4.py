@@ -324,7 +324,7 @@ def test_the_bridge_follows_the_history_thinking_rules(tokenizer):
         outcomes[label] = None if bridged is None else bridged.token_ids == expected
         if bridged is None:
             verbatim = FAMILY.renderer_class(tokenizer, thinking_retention="verbatim", **knobs)
-            kept = verbatim.bridge_to_next_turn(prompt, completion, [result], tools=tools)
+            kept = verbatim.bridge_to_next_turn(prompt, completion, [result], tools=tools, messages=[user])
             assert kept is not None and kept.token_ids[: len(full)] == full
             assert expected[: len(full)] != full  # the encoder rewrites the turn (even its <think> prefix)
     assert outcomes == {"thinking": None, "thinking, tools": True, "chat": True}

@@ -100,3 +100,75 @@ def test_special_tokens_are_checked_against_the_tokenizer():
     qwen_tokenizer = FAMILIES[0].load_tokenizer()
     with pytest.raises(ValueError, match="bos_token"):
         llama.renderer_class(qwen_tokenizer)  # Qwen3's tokenizer has no bos_token
+
+
+# --- verification is honest about how the renderer refuses ---------------------------------
+
+# Jinja raises UndefinedError ("'dict object' has no attribute 'name'") for a tool message without a name.
+NAME_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
+    "{% if m['role'] == 'tool' %}{{ m['name'].upper() }}{% endif %}{% endfor %}"
+)
+
+
+def _name_renderer(lookup):
+    from rllm_renderers.base import GeneratedRenderer
+    from rllm_renderers.formats import TurnFormat
+
+    class NameRenderer(GeneratedRenderer):
+        ROLES = ("system", "user", "assistant", "tool")
+        TURN = TurnFormat(close="")
+
+        def render_template(self, out, messages, tools, documents, add_generation_prompt):
+            for m in messages:
+                out.mark_message(m)
+                out.append("<" + str(m["role"]) + ">" + str(m["content"]))
+                if m["role"] == "tool":
+                    out.append(lookup(m, "name").upper())
+
+    return NameRenderer
+
+
+def test_verification_fails_on_a_python_error_where_jinja_raised_undefined():
+    oracle = TemplateOracle(NAME_TEMPLATE, special_tokens={})
+    # the faithful translation: a missing key is Undefined, using it raises Jinja's message
+    faithful = verify(_name_renderer(lambda m, key: m[key]), oracle, cases=60, seed_value=7)
+    assert faithful.ok, faithful.failure.report()
+    assert faithful.rejected_alike > 0, faithful.summary()
+    # a translation that indexes a plain dict raises KeyError there: a bug, not "rejected alike"
+    broken = verify(_name_renderer(lambda m, key: dict(m)[key]), oracle, cases=60, seed_value=7)
+    assert not broken.ok
+    assert "UndefinedError" in broken.failure.reason and "KeyError" in broken.failure.reason
+
+
+def test_rejections_must_match_in_kind_and_message():
+    from compiler.oracle import OracleRejected
+    from compiler.verify import rejection_mismatch
+    from rllm_renderers import template_runtime as jinja
+    from rllm_renderers.base import TemplateTypeError
+
+    raised = OracleRejected("Conversation roles must alternate", "TemplateError")
+    assert rejection_mismatch(raised, jinja.TemplateError("Conversation roles must alternate")) is None
+    assert rejection_mismatch(raised, jinja.TemplateError("something else")) is not None
+    assert rejection_mismatch(raised, ValueError("Conversation roles must alternate")) is not None
+    undefined = OracleRejected("'dict object' has no attribute 'name'", "UndefinedError")
+    assert rejection_mismatch(undefined, jinja.TemplateError("'dict object' has no attribute 'name'")) is None
+    assert rejection_mismatch(undefined, AttributeError("'dict' object has no attribute 'name'")) is not None
+    typed = OracleRejected('can only concatenate str (not "int") to str', "TypeError")
+    assert rejection_mismatch(typed, TemplateTypeError('can only concatenate str (not "int") to str')) is None
+    assert rejection_mismatch(typed, jinja.TemplateError("x")) is not None
+
+
+def test_render_errors_keep_their_kind():
+    """A template's refusal is a ValueError; a Python TypeError stays a TypeError too; other errors are not
+    disguised as refusals (they name the message being rendered)."""
+    from rllm_renderers.base import TemplateTypeError
+
+    messages = [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]
+    with pytest.raises(KeyError) as caught:
+        _name_renderer(lambda m, key: dict(m)[key])(None).render_text(messages)
+    assert any("message 1" in note for note in getattr(caught.value, "__notes__", ["message 1"]))
+    with pytest.raises(TemplateTypeError):
+        _name_renderer(lambda m, key: 5 + "x")(None).render_text(messages)
+    with pytest.raises(ValueError, match="has no attribute 'name'"):
+        _name_renderer(lambda m, key: m[key])(None).render_text(messages)

@@ -120,7 +120,7 @@ def test_bridge_refuses_what_it_must():
     assert renderer.bridge_to_next_turn(prompt, completion, [user]) is None
     # ...while "verbatim" keeps the sampled tokens and appends the new turn.
     verbatim = family.renderer_class(family.load_tokenizer(), thinking_retention="verbatim")
-    kept = verbatim.bridge_to_next_turn(prompt, completion, [user])
+    kept = verbatim.bridge_to_next_turn(prompt, completion, [user], messages=[user])
     assert kept is not None and kept.token_ids[: len(prompt) + len(completion)] == prompt + completion
     assert verbatim.decode(kept.token_ids[len(prompt) + len(completion) :]) == (
         "\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

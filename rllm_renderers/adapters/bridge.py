@@ -217,6 +217,7 @@ class BridgedAdapter(ABC):
         new_messages: list[Message],
         *,
         tools: list[ToolSpec] | None = None,
+        messages: list[Message] | None = None,  # accepted as generated renderers do; the memory below is used
     ) -> RenderedTokens | None:
         new_messages = list(new_messages)
         if not new_messages or any(m.get("role") == "assistant" for m in new_messages):

@@ -218,7 +218,8 @@ class PrimeAdapter:
                 text = ""
             return ParsedResponse(content=text, reasoning_complete=None)
 
-    def bridge_to_next_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, *, tools=None):
+    def bridge_to_next_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, *, tools=None, messages=None):
+        # ``messages`` is accepted as generated renderers do; prime's bridge works from ids alone
         result = self.inner.bridge_to_next_turn(
             list(previous_prompt_ids), list(previous_completion_ids), new_messages, tools=tools
         )

@@ -1,0 +1,222 @@
+"""Benchmark: ``bridge_to_next_turn`` against re-rendering the whole conversation.
+
+An agentic episode per family: system + user task, then 40 rounds of an assistant turn (reasoning
+and a tool call where the template renders them) and a tool result of about 1.5 KB (Gemma-3, whose
+template has no tool role: a user message instead). The completion of each round is the assistant
+turn as the template renders it, cut after its close, i.e. what the model samples.
+
+Reported per family, in one run:
+
+* **bridge / full at turn 40**: one bridge call at the last round (with ``messages=``, and with the
+  history recalled from the renderer's memory) over one ``render_ids`` of the whole conversation
+  with the generation prompt. Target: at most 2%.
+* **episode**: the 40 rounds driven by the bridge (one ``render_ids`` for the first prompt, then a
+  bridge per round, the history recalled) against re-rendering the conversation every round.
+  Target: at least 10x.
+
+Before timing, every bridged prompt of the episode is checked against ``render_ids`` of the same
+conversation (assert), and the number of rounds where the bridge returned None is shown (the
+template rewrote history there, so the episode re-renders, as an engine would).
+
+Timing: process CPU time (all threads; ``--wall`` for ``time.perf_counter``), garbage collection
+off inside a sample, median of ``--samples``.
+Run from the project root:  .venv/bin/python benchmarks/bench_bridge.py [--corpus ../shared/corpus]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+WALL_CLOCK = False
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+]
+
+# family module -> (how assistant turns look, whether the template has a tool role)
+SHAPES = {
+    "qwen3": ("reasoning+call", True),
+    "llama_3_1": ("call", True),
+    "deepseek_v3": ("text", True),  # its tool-call branch never fires under transformers 5
+    "gpt_oss": ("reasoning+call", True),
+    "gemma_3": ("text", False),
+}
+
+
+def tool_output(rng: random.Random, round_index: int) -> str:
+    lines = [f"def handler_{round_index}_{k}(request):  # {rng.randint(0, 10**6)}" for k in range(30)]
+    return "\n".join(lines) + "\nPASSED tests/test_core.py::test_case_%d" % round_index
+
+
+def episode(shape: str, has_tool_role: bool, rounds: int, seed: int = 0):
+    """(initial messages, [(assistant turn, new messages)] per round)."""
+    rng = random.Random(seed)
+    start = [
+        {"role": "system", "content": "You are a careful coding agent. Use the tools to inspect the repository."},
+        {"role": "user", "content": "The test suite fails on test_core.py; find out why and fix it."},
+    ]
+    steps = []
+    for index in range(rounds):
+        call_id = f"call_{index:04d}"
+        path = f"src/module_{index}.py"
+        if shape == "text":
+            assistant = {"role": "assistant", "content": f"I will read {path} next to check handler {index}."}
+        else:
+            assistant = {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": {"path": path}}}],
+            }
+            if shape.startswith("reasoning"):
+                assistant["reasoning_content"] = f"The failure may come from {path}; reading it first."
+        if has_tool_role:
+            new = [{"role": "tool", "tool_call_id": call_id, "name": "read_file", "content": tool_output(rng, index)}]
+        else:
+            new = [{"role": "user", "content": "Output of the last step:\n" + tool_output(rng, index)}]
+        steps.append((assistant, new))
+    return start, steps
+
+
+def sampled(renderer, history, assistant):
+    """The assistant turn as the template renders it after the generation prompt, cut after its stop."""
+    prompt = renderer.render_ids(history, tools=TOOLS, add_generation_prompt=True)
+    full = renderer.render_ids(history + [assistant], tools=TOOLS)
+    assert full[: len(prompt)] == prompt, "the template renders this turn differently from a generation prompt + reply"
+    stops = set(renderer.get_stop_token_ids())
+    completion = full[len(prompt) :]
+    close = next(k for k, token in enumerate(completion) if token in stops)
+    return completion[: close + 1]
+
+
+def timed(function, samples: int) -> float:
+    """Median seconds per call, of process CPU time (all threads) or, with --wall, of wall time.
+
+    CPU time is the default because the machine these numbers come from is shared: a short call
+    waiting for a core shows up in wall time, not in CPU time.
+    """
+    clock = time.perf_counter if WALL_CLOCK else time.process_time
+    function()
+    results = []
+    for _ in range(samples):
+        gc.disable()
+        start = clock()
+        function()
+        results.append(clock() - start)
+        gc.enable()
+    return statistics.median(results)
+
+
+def bench_family(family, rounds: int, samples: int) -> dict:
+    shape, has_tool_role = SHAPES[family.module]
+    renderer = family.renderer_class(family.load_tokenizer())
+    start, steps = episode(shape, has_tool_role, rounds)
+
+    # the episode, driven by the bridge; every bridged prompt checked against a full render
+    history = list(start)
+    prompt = renderer.render_ids(history, tools=TOOLS, add_generation_prompt=True)
+    plan, declined = [], 0
+    for assistant, new in steps:
+        completion = sampled(renderer, history, assistant)
+        plan.append((prompt, completion, list(history), new))
+        history = history + [assistant] + new
+        full = renderer.render_ids(history, tools=TOOLS, add_generation_prompt=True)
+        bridged = renderer.bridge_to_next_turn(prompt, completion, new, tools=TOOLS, messages=plan[-1][2])
+        if bridged is None:
+            declined += 1
+            prompt = full
+        else:
+            assert bridged.token_ids == full, f"{family.module}: the bridge differs from the full render"
+            prompt = bridged.token_ids
+
+    last_prompt, last_completion, last_history, last_new = plan[-1]
+    full_conversation = last_history + [steps[-1][0]] + last_new
+    full_ms = timed(lambda: renderer.render_ids(full_conversation, tools=TOOLS, add_generation_prompt=True), samples)
+    bridge_ms = timed(
+        lambda: renderer.bridge_to_next_turn(last_prompt, last_completion, last_new, tools=TOOLS, messages=last_history),
+        samples,
+    )
+    renderer.render_ids(last_history, tools=TOOLS, add_generation_prompt=True)  # the prompt the engine had
+    recalled_ms = timed(
+        lambda: renderer.bridge_to_next_turn(last_prompt, last_completion, last_new, tools=TOOLS), samples
+    )
+
+    def drive_with_bridge():  # as an engine does: the renderer recalls the history of its own prompts
+        ids = renderer.render_ids(start, tools=TOOLS, add_generation_prompt=True)
+        for (_, completion, history_then, new), (assistant, _) in zip(plan, steps):
+            bridged = renderer.bridge_to_next_turn(ids, completion, new, tools=TOOLS)
+            ids = bridged.token_ids if bridged is not None else renderer.render_ids(
+                history_then + [assistant] + new, tools=TOOLS, add_generation_prompt=True
+            )
+
+    def drive_with_render():
+        for _, _, history_then, new in plan:
+            renderer.render_ids(history_then, tools=TOOLS, add_generation_prompt=True)
+        renderer.render_ids(full_conversation, tools=TOOLS, add_generation_prompt=True)
+
+    episode_samples = max(3, samples // 5)
+    return {
+        "family": family.module,
+        "tokens": len(renderer.render_ids(full_conversation, tools=TOOLS, add_generation_prompt=True)),
+        "declined": declined,
+        "full_ms": full_ms * 1e3,
+        "bridge_ms": bridge_ms * 1e3,
+        "recalled_ms": recalled_ms * 1e3,
+        "bridge_episode_ms": timed(drive_with_bridge, episode_samples) * 1e3,
+        "render_episode_ms": timed(drive_with_render, episode_samples) * 1e3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
+    parser.add_argument("--families", default=",".join(SHAPES))
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--samples", type=int, default=25)
+    parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    args = parser.parse_args()
+    global WALL_CLOCK
+    WALL_CLOCK = args.wall
+    os.environ["RLLM_CORPUS"] = args.corpus
+    from tests.families import FAMILIES
+
+    wanted = args.families.split(",")
+    clock = "wall time" if args.wall else "process CPU time"
+    print(f"{args.rounds} rounds; ms of {clock} per call, medians of {args.samples} samples\n")
+    print(
+        "| family | tokens | declined | full render_ids | bridge (messages=) | x full | bridge (recalled) | x full "
+        "| episode: bridge | episode: re-render | speed-up |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for family in FAMILIES:
+        if family.module not in wanted:
+            continue
+        row = bench_family(family, args.rounds, args.samples)
+        print(
+            f"| {row['family']} | {row['tokens']} | {row['declined']}/{args.rounds} | {row['full_ms']:.3f} "
+            f"| {row['bridge_ms']:.3f} | {row['bridge_ms'] / row['full_ms']:.1%} "
+            f"| {row['recalled_ms']:.3f} | {row['recalled_ms'] / row['full_ms']:.1%} "
+            f"| {row['bridge_episode_ms']:.1f} | {row['render_episode_ms']:.1f} "
+            f"| {row['render_episode_ms'] / row['bridge_episode_ms']:.1f}x |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

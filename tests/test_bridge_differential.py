@@ -1,0 +1,239 @@
+"""The bridge against transformers' apply_chat_template, driven through generated conversations.
+
+Every checked-in family, both retention policies. Each generated conversation is played as an
+episode: the first prompt is ``render_ids(history, add_generation_prompt=True)``; at every
+assistant turn followed by non-assistant messages the completion is the turn as the template
+renders it (cut after its close), and the next prompt is the bridge's result, or a full
+re-render when it returned None. Each bridge point is tried with the completion as sampled,
+truncated before its close, and run past its stop, and with the history given as
+``messages=`` and recalled by the renderer from its own earlier result (both must agree).
+
+Counted against the oracle (``full`` = apply_chat_template of history + turn + new, with the
+generation prompt):
+
+* **miss**: None where ``full`` starts with prompt + completion (an exact extension existed),
+  or, under "verbatim", None where the template renders the new messages at all; except where
+  the completion is ambiguous (its tokens parse into a turn that renders differently, e.g. a tool
+  name containing ``</tool_call>``): no one can tell from the tokens which turn was meant, so
+  None is right there, and such points are counted apart;
+* **wrong**: a result other than ``full`` where ``full`` extends prompt + completion; under
+  "template" any result where it does not; under "verbatim" a result whose tokens after
+  prompt + completion are not the template's rendering of the new messages after that history
+  (``full``'s text after the sampled turn's close, encoded).
+
+Both counts must be 0, and the bridge must answer at most points.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings, strategies as st
+
+from compiler.analysis import compared_roles, knob_candidates, parse_template
+from compiler.conversations import conversation_cases
+from compiler.oracle import OracleRejected, TemplateOracle
+from compiler.verify import features_for
+from rllm_renderers.bridge import close_end
+from tests.families import FAMILIES, FAMILY_IDS
+
+CASES = int(os.environ.get("BRIDGE_CASES", "40"))
+
+
+class BridgeAudit:
+    """Drives conversations through one renderer class's bridge and counts the outcomes."""
+
+    def __init__(self, family, retention: str) -> None:
+        self.family = family
+        self.retention = retention
+        self.tokenizer = family.load_tokenizer()
+        self.oracle = TemplateOracle(family.template_source(), tokenizer=self.tokenizer)
+        self.renderers: dict[str, object] = {}
+        self.counts: Counter = Counter()
+        self.examples: list[str] = []
+
+    def renderer(self, knobs: dict):
+        key = repr(sorted(knobs.items()))
+        if key not in self.renderers:
+            self.renderers[key] = self.family.renderer_class(self.tokenizer, thinking_retention=self.retention, **knobs)
+        return self.renderers[key]
+
+    # --- the oracle ---------------------------------------------------------------------
+
+    def full_render(self, renderer, messages, tools, knobs):
+        try:
+            normalized = renderer.normalize_messages(messages)
+            text = self.oracle.render_text(normalized, tools=tools, add_generation_prompt=True, knobs=knobs)
+            ids = self.oracle.render_ids(normalized, tools=tools, add_generation_prompt=True, knobs=knobs)
+        except (OracleRejected, ValueError):
+            return None
+        return text, ids
+
+    def template_suffix(self, renderer, history, assistant, new, tools, full_text) -> list[int] | None:
+        """The template's tokens for the new messages after the history: the oracle's text from the
+        end of the sampled turn's close on (the turn's span comes from the renderer's message marks,
+        on the same text; the close is its last stop token, else its last added token), encoded."""
+        output = renderer._render_output(history + [assistant] + new, tools, True)
+        if output.text() != full_text:
+            return None
+        starts = {index: offset for offset, index in reversed(output.message_spans())}
+        turn, following = starts.get(len(history)), starts.get(len(history) + 1)
+        if turn is None or following is None:
+            return None
+        end = close_end(renderer, full_text, turn, following)
+        return None if end is None else self.tokenizer.encode(full_text[end:], add_special_tokens=False)
+
+    # --- one episode --------------------------------------------------------------------
+
+    def play(self, case, junk: list[int]) -> None:
+        renderer = self.renderer(case.knobs)
+        messages, tools = case.messages, case.tools
+        prompt = None
+        for index, message in enumerate(messages):
+            if message.get("role") != "assistant" or index == 0:
+                continue
+            end = index + 1
+            while end < len(messages) and messages[end].get("role") != "assistant":
+                end += 1
+            history, new = messages[:index], messages[index + 1 : end]
+            if prompt is None:
+                try:
+                    prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
+                except ValueError:
+                    return
+            completion = self.sampled_completion(renderer, history, message, tools)
+            if completion is None or not new:
+                return  # the episode cannot go on as the model would have played it
+            prompt = self.bridge_point(renderer, prompt, completion, history, message, new, tools, case.knobs, junk)
+            if prompt is None:
+                return
+
+    def sampled_completion(self, renderer, history, assistant, tools):
+        """The assistant turn as the template renders it after the generation prompt, cut after its close."""
+        try:
+            prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
+            full = renderer.render_ids(history + [assistant], tools=tools)
+        except ValueError:
+            return None
+        if full[: len(prompt)] != prompt:
+            return None
+        stops = set(renderer.get_stop_token_ids())
+        completion = full[len(prompt) :]
+        close = next((k for k, token in enumerate(completion) if token in stops), None)
+        if close is None or renderer.decode(completion[close + 1 :]).strip():
+            return None  # not closed by a stop token, or the text itself holds one: no model samples this
+        return completion[: close + 1]
+
+    def ambiguous(self, renderer, completion, history, assistant, tools) -> bool:
+        """Whether the completion parses into a turn that renders to other tokens than ``assistant``."""
+        parsed = renderer.parse_response(completion, tools=tools)
+        rebuilt = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning_content is not None:
+            rebuilt["reasoning_content"] = parsed.reasoning_content
+        originals = assistant.get("tool_calls") or []
+        if parsed.tool_calls:
+            rebuilt["tool_calls"] = [
+                {"id": (originals[k] if k < len(originals) else {}).get("id"), "type": "function",
+                 "function": {"name": call.name or "", "arguments": call.arguments}}
+                for k, call in enumerate(parsed.tool_calls)
+            ]
+        try:
+            return renderer.render_ids(history + [rebuilt], tools=tools) != renderer.render_ids(
+                history + [assistant], tools=tools
+            )
+        except ValueError:
+            return True
+
+    def bridge_point(self, renderer, prompt, completion, history, assistant, new, tools, knobs, junk):
+        """Check every variant at one point; return the next prompt of the episode (None: stop)."""
+        full = self.full_render(renderer, history + [assistant] + new, tools, knobs)
+        ambiguous = self.ambiguous(renderer, completion, history, assistant, tools)
+        self.counts["ambiguous points"] += ambiguous
+        kept = prompt + completion
+        extends = full is not None and full[1][: len(kept)] == kept
+        expected = None
+        if full is not None and (extends or self.retention == "verbatim"):
+            suffix = full[1][len(kept) :] if extends else self.template_suffix(
+                renderer, history, assistant, new, tools, full[0]
+            )
+            expected = None if suffix is None else kept + suffix
+            self.counts["extends"] += extends
+            self.counts["oracle suffix not found"] += suffix is None
+        next_prompt = None
+        variants = [("sampled", completion), ("ran past the stop", completion + junk)]
+        if completion[-1] == renderer.encoder.token_id(renderer.TURN.close):
+            variants.append(("truncated", completion[:-1]))  # the bridge restores the close
+        for label, given_completion in variants:
+            with_history = renderer.bridge_to_next_turn(prompt, given_completion, new, tools=tools, messages=history)
+            recalled = renderer.bridge_to_next_turn(prompt, given_completion, new, tools=tools)
+            self.record(label, with_history, recalled, expected, full is not None and not ambiguous)
+            if label == "sampled":
+                next_prompt = with_history.token_ids if with_history is not None else None
+        if next_prompt is None and full is not None:  # the caller re-renders
+            next_prompt = renderer.render_ids(history + [assistant] + new, tools=tools, add_generation_prompt=True)
+        return next_prompt
+
+    def record(self, label, with_history, recalled, expected, must_bridge: bool) -> None:
+        self.counts["points"] += 1
+        for how, result in (("messages=", with_history), ("recalled", recalled)):
+            ids = None if result is None else list(result.token_ids)
+            if ids is None:
+                if must_bridge and expected is not None:
+                    self.counts["miss"] += 1
+                    self.note(f"miss ({label}, {how})")
+                continue
+            self.counts["bridged"] += 1
+            if ids != expected:
+                self.counts["wrong"] += 1
+                self.note(f"wrong ({label}, {how})")
+            if len(result.message_indices) != len(ids) or len(result.sampled_mask) != len(ids):
+                self.counts["wrong"] += 1
+                self.note(f"attribution lengths ({label}, {how})")
+        if (with_history is None) != (recalled is None) or (
+            with_history is not None and list(with_history.token_ids) != list(recalled.token_ids)
+        ):
+            self.counts["disagree"] += 1
+            self.note(f"messages= and recalled history disagree ({label})")
+
+    def note(self, what: str) -> None:
+        if len(self.examples) < 5:
+            self.examples.append(what)
+
+    def run(self, cases: int = CASES, seed_value: int = 4321) -> Counter:
+        ast = parse_template(self.family.template_source(), self.family.template_file)
+        features = features_for(
+            self.family.renderer_class, knob_candidates(ast, self.family.renderer_class.KNOBS), compared_roles(ast)
+        )
+
+        @settings(max_examples=cases, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @seed(seed_value)
+        @given(case=conversation_cases(features), junk=st.lists(st.integers(0, 1000), min_size=1, max_size=5))
+        def drive(case, junk):
+            self.play(case, junk)
+
+        drive()
+        return self.counts
+
+
+@pytest.mark.parametrize("retention", ["template", "verbatim"])
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
+    audit = BridgeAudit(family, retention)
+    counts = audit.run()
+    summary = f"{family.module}/{retention}: {dict(counts)}; first problems: {audit.examples}"
+    assert counts["points"] > 0, summary
+    assert counts["miss"] == 0, summary
+    assert counts["wrong"] == 0, summary
+    assert counts["disagree"] == 0, summary
+    assert counts["oracle suffix not found"] == 0, summary  # else a verbatim None could hide
+    assert counts["bridged"] > 0, summary
+
+
+if __name__ == "__main__":  # the per-family table for reports: python -m tests.test_bridge_differential
+    for family in FAMILIES:
+        for retention in ("template", "verbatim"):
+            audit = BridgeAudit(family, retention)
+            counts = audit.run()
+            print(f"{family.module:12} {retention:9} {dict(counts)} {audit.examples[:2]}", flush=True)

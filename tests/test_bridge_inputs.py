@@ -1,0 +1,194 @@
+"""The bridge on the inputs engines actually pass, and on bad ones.
+
+The conversations here are small and fixed; the differential suite
+(tests/test_bridge_differential.py) covers generated ones against apply_chat_template.
+"""
+
+from __future__ import annotations
+
+import array
+import copy
+import pickle
+
+import pytest
+
+from tests.families import FAMILIES
+
+FAMILY = {family.module: family for family in FAMILIES}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object", "properties": {}}},
+    }
+]
+
+
+def renderer_of(module: str, **kwargs):
+    family = FAMILY[module]
+    return family.renderer_class(family.load_tokenizer(), **kwargs)
+
+
+def turn_completion(renderer, history, assistant, tools=None):
+    """The assistant turn as the template renders it after the generation prompt, cut after its stop."""
+    prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
+    full = renderer.render_ids(history + [assistant], tools=tools)
+    assert full[: len(prompt)] == prompt
+    stops = set(renderer.get_stop_token_ids())
+    completion = full[len(prompt) :]
+    close = next(k for k, token in enumerate(completion) if token in stops)
+    return prompt, completion[: close + 1]
+
+
+USER = {"role": "user", "content": "What is 2+2?"}
+REPLY = {"role": "assistant", "content": "4."}
+FOLLOW_UP = {"role": "user", "content": "And 3+3?"}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    renderer = renderer_of("llama_3_1")
+    prompt, completion = turn_completion(renderer, [USER], REPLY)
+    expected = renderer.render_ids([USER, REPLY, FOLLOW_UP], add_generation_prompt=True)
+    return renderer, prompt, completion, expected
+
+
+def test_any_sequence_of_ints_is_accepted(llama):
+    import numpy as np
+    import torch
+
+    renderer, prompt, completion, expected = llama
+    for convert in (list, tuple, np.array, lambda ids: np.array(ids, dtype=np.int32), torch.tensor, lambda ids: array.array("q", ids)):
+        bridged = renderer.bridge_to_next_turn(convert(prompt), convert(completion), [FOLLOW_UP], messages=[USER])
+        assert bridged is not None and bridged.token_ids == expected, convert
+        assert all(type(token) is int for token in bridged.token_ids)
+
+
+@pytest.mark.parametrize(
+    "bad, found",
+    [
+        ("hello", "sequence of token ids"),
+        (None, "sequence of token ids"),
+        (7, "sequence of token ids"),
+        ({"ids": [1]}, "sequence of token ids"),
+        ([1, None, 2], "found None"),
+        ([1, 2.5], "found 2.5"),
+        ([[1, 2]], r"found \[1, 2\]"),
+        (pytest.importorskip("numpy").array(5), "sequence of token ids"),
+    ],
+)
+def test_other_ids_are_a_clear_value_error(llama, bad, found):
+    renderer, prompt, completion, _ = llama
+    with pytest.raises(ValueError, match=f"previous_prompt_ids.*{found}"):
+        renderer.bridge_to_next_turn(bad, completion, [FOLLOW_UP], messages=[USER])
+    with pytest.raises(ValueError, match=f"previous_completion_ids.*{found}"):
+        renderer.bridge_to_next_turn(prompt, bad, [FOLLOW_UP], messages=[USER])
+
+
+@pytest.mark.parametrize(
+    "new, message",
+    [
+        ([None], r"new_messages\[0\] must be a message dict, got NoneType"),
+        (["hi"], r"new_messages\[0\] must be a message dict, got str"),
+        ([FOLLOW_UP, {"content": "x"}], r"new_messages\[1\] has no string 'role'"),
+        (FOLLOW_UP, "new_messages must be a list of message dicts, got dict"),
+        ([{"role": "tool", "content": "x", "tool_calls": [{"function": {}}]}], "new_messages: malformed tool call in message 0"),
+    ],
+)
+def test_bad_new_messages_are_named(llama, new, message):
+    renderer, prompt, completion, _ = llama
+    with pytest.raises(ValueError, match=message):
+        renderer.bridge_to_next_turn(prompt, completion, new, messages=[USER])
+
+
+def test_a_prompt_without_the_generation_prompt_is_not_bridged():
+    renderer = renderer_of("gemma_3")
+    prompt, completion = turn_completion(renderer, [USER], REPLY)
+    expected = renderer.render_ids([USER, REPLY, FOLLOW_UP], add_generation_prompt=True)
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
+    bare = renderer.render_ids([USER])  # no "<start_of_turn>model\n": the model would have had no header
+    assert renderer.bridge_to_next_turn(bare, completion, [FOLLOW_UP], messages=[USER]) is None
+    assert renderer.bridge_to_next_turn(bare, completion, [FOLLOW_UP]) is None
+
+
+def test_messages_that_do_not_match_the_prompt_are_an_error_or_none(llama):
+    renderer, prompt, completion, _ = llama
+    other = [{"role": "user", "content": "Other."}]
+    fresh = renderer_of("llama_3_1")  # knows only what it is told: the prompt's end does not match
+    with pytest.raises(ValueError, match="do not end as the template renders `messages`"):
+        fresh.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
+    # a renderer that produced the prompt knows its text: these messages do not extend it
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other) is None
+
+
+def test_history_comes_from_the_renderer_or_the_caller_never_a_guess(llama):
+    renderer, prompt, completion, expected = llama
+    other = renderer_of("llama_3_1")  # never rendered this prompt: it cannot know the history
+    assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None
+    assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]).token_ids == expected
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS) is None  # not its tools
+    for clone in (pickle.loads(pickle.dumps(renderer)), copy.deepcopy(renderer)):
+        assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None  # starts empty
+        assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
+
+
+def tool_round(index: int, reasoning: bool):
+    call = {"id": f"call{index}", "type": "function", "function": {"name": "lookup", "arguments": {"q": str(index)}}}
+    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+    if reasoning:  # (Qwen3 drops an *empty* think block once the turn is not the last one)
+        assistant["reasoning_content"] = f"I need to look up {index}."
+    return assistant, [{"role": "tool", "tool_call_id": f"call{index}", "content": f"result {index}"}]
+
+
+@pytest.mark.parametrize("module", ["qwen3", "qwen3_coder", "llama_3_1", "gpt_oss", "deepseek_v3"])
+def test_tool_call_turns_bridge_exactly(module):
+    """The sampled tool-call turn is rebuilt with content="" (transformers drops content=None)."""
+    renderer = renderer_of(module)
+    history = [USER]
+    prompt = renderer.render_ids(history, tools=TOOLS, add_generation_prompt=True)
+    for index in range(3):
+        assistant, results = tool_round(index, reasoning=renderer.REASONING is not None)
+        _, completion = turn_completion(renderer, history, assistant, TOOLS)
+        history = history + [assistant] + results
+        expected = renderer.render_ids(history, tools=TOOLS, add_generation_prompt=True)
+        bridged = renderer.bridge_to_next_turn(prompt, completion, results, tools=TOOLS)
+        assert bridged is not None and bridged.token_ids == expected, (module, index)
+        assert bridged.message_indices[-len(expected) + len(prompt) + len(completion) :].count(0) > 0
+        prompt = bridged.token_ids
+
+
+def test_deepseek_v3_follows_the_conversation_state():
+    """DeepSeek-V3 writes <｜tool▁outputs▁begin｜> before the first tool result of the whole conversation
+    only; the bridge knows which one this is from the real history."""
+    renderer = renderer_of("deepseek_v3")
+    history = [USER]
+    prompt = renderer.render_ids(history, add_generation_prompt=True)
+    turns = [
+        ({"role": "assistant", "content": "Looking it up."}, [{"role": "tool", "content": "first"}]),
+        ({"role": "assistant", "content": "Again."}, [{"role": "tool", "content": "second"}]),
+        ({"role": "assistant", "content": "Done: 4."}, [FOLLOW_UP]),
+    ]
+    for assistant, new in turns:
+        _, completion = turn_completion(renderer, history, assistant)
+        history = history + [assistant] + new
+        expected = renderer.render_ids(history, add_generation_prompt=True)
+        bridged = renderer.bridge_to_next_turn(prompt, completion, new)
+        assert bridged is not None and bridged.token_ids == expected, new
+        prompt = bridged.token_ids
+    assert renderer.decode(prompt).count("<｜tool▁outputs▁begin｜>") == 1
+
+
+def test_retention_policies_on_a_rewritten_turn():
+    """Qwen3 drops the sampled turn's reasoning once a user message follows."""
+    assistant = {"role": "assistant", "content": "4.", "reasoning_content": "2+2 is 4."}
+    for retention in ("template", "verbatim"):
+        renderer = renderer_of("qwen3", thinking_retention=retention)
+        prompt, completion = turn_completion(renderer, [USER], assistant)
+        bridged = renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP])
+        if retention == "template":
+            assert bridged is None  # the template rewrites the turn: the caller re-renders
+            continue
+        assert bridged.token_ids[: len(prompt) + len(completion)] == prompt + completion
+        tail = renderer.decode(bridged.token_ids[len(prompt) + len(completion) :])
+        assert tail == "\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"
+        assert bridged.message_indices[-1] == -1 and 0 in bridged.message_indices
