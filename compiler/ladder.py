@@ -2,8 +2,8 @@
 
 Upstream templates are often near copies (Llama 3.1 and 3.2 differ in the system
 block only), and so are their translations. Rather than checking in the same
-method twice, a new class subclasses the checked-in class it shares the most
-identical methods with and keeps only the methods that differ, as
+method twice, a new class subclasses the class in its output folder it shares the most
+identical methods with (or an explicitly named one) and keeps only the methods that differ, as
 mistral-common's tokenizer versions do. The docstring says what is inherited.
 
 The parent is always a root class (it inherits from ``GeneratedRenderer``) whose

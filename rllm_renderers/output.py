@@ -27,9 +27,12 @@ class RenderOutput:
         self._index_by_id = {id(message): index for index, message in enumerate(messages)}
 
     def append_content(self, text: str) -> None:
-        """Append a piece of a message's own text (attributed as content)."""
+        """Append a piece of a message's own text (attributed as content).
+
+        ``"" + text`` for a non-str raises what the template's own ``+`` would have raised.
+        """
         self.content_parts.append(len(self.parts))
-        self.parts.append(text)
+        self.parts.append(text if type(text) is str else "" + text)
 
     def mark_message(self, message: Any) -> None:
         """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""

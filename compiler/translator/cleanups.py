@@ -127,10 +127,29 @@ def is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
+def split_pieces(pieces: list[ir.Piece]) -> list[ir.Piece]:
+    """``"a" + (b + "c")`` as the pieces ``"a"``, ``b``, ``"c"``: a ``+`` chain that starts with a
+    literal is a string concatenation, and appending its operands in a row is the same."""
+    result = []
+    for piece in pieces:
+        operands = add_operands(piece.value)
+        if not piece.content and len(operands) > 1 and is_text(operands[0]):
+            result += [ir.Piece(operand) for operand in operands]
+        else:
+            result.append(piece)
+    return result
+
+
+def add_operands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return add_operands(node.left) + add_operands(node.right)
+    return [node]
+
+
 def folded_pieces(pieces: list[ir.Piece]) -> list[ir.Piece]:
     """Adjacent literal pieces joined into one; empty literals dropped."""
     result: list[ir.Piece] = []
-    for piece in pieces:
+    for piece in split_pieces(pieces):
         piece.value = fold_literals(piece.value)
         if is_text(piece.value) and not piece.value.value:
             continue

@@ -368,6 +368,7 @@ class Lowering:
     def stmt_Output(self, node: nodes.Output) -> None:
         children = [child for child in node.nodes if not (isinstance(child, nodes.TemplateData) and not child.data)]
         pieces: list[Piece] = []
+        children = [operand for child in children for operand in self.output_operands(child)]
         for child in children:
             if isinstance(child, nodes.TemplateData):
                 pieces.append(Piece(const(child.data)))
@@ -386,6 +387,20 @@ class Lowering:
             pieces.append(Piece(piece, content=content))
         if pieces:
             self.add(ir.Append(self.output, pieces))
+
+    def output_operands(self, node: nodes.Node) -> list[nodes.Node]:
+        """``{{ a ~ b }}`` as the pieces it concatenates, so that a piece of message content is
+        appended (and attributed) on its own. With ``| safe`` in the template a Markup operand
+        would escape the others, so the chain stays whole.
+
+        A ``+`` chain stays whole too: its operands are not converted to strings, so a non-string
+        operand raises there, and splitting it would move that error (its content is then not
+        attributed; see the report of issue 9).
+        """
+        if isinstance(node, nodes.Concat) and not self.markup_possible:
+            return [nodes.Filter(child, "string", [], [], None, None, lineno=child.lineno)
+                    if not isinstance(child, (nodes.Const, nodes.TemplateData)) else child for child in node.nodes]
+        return [node]
 
     def raise_statement(self, node: nodes.Call) -> None:
         """``{{ raise_exception(message) }}``: the template refuses the input, with ``message``."""
@@ -922,10 +937,10 @@ class Lowering:
         )
 
     def expr_And(self, node: nodes.And) -> PyExpr:
-        return PyExpr(ast.BoolOp(op=ast.And(), values=[self.expr(node.left).node, self.expr(node.right).node]))
+        return PyExpr(bool_op(ast.And, self.expr(node.left).node, self.expr(node.right).node))
 
     def expr_Or(self, node: nodes.Or) -> PyExpr:
-        return PyExpr(ast.BoolOp(op=ast.Or(), values=[self.expr(node.left).node, self.expr(node.right).node]))
+        return PyExpr(bool_op(ast.Or, self.expr(node.left).node, self.expr(node.right).node))
 
     def expr_Not(self, node: nodes.Not) -> PyExpr:
         inner = node.node
@@ -1195,6 +1210,17 @@ def is_pure_test(node: nodes.Node) -> bool:
     if isinstance(node, nodes.Test):
         return node.name in ("defined", "undefined", "none") and not node.args and is_pure_test(node.node)
     return False
+
+
+def bool_op(operator: type, left: ast.expr, right: ast.expr) -> ast.BoolOp:
+    """``a or b or c`` rather than ``(a or b) or c`` (the same evaluation, left to right)."""
+    values = []
+    for side in (left, right):
+        if isinstance(side, ast.BoolOp) and isinstance(side.op, operator):
+            values += side.values
+        else:
+            values.append(side)
+    return ast.BoolOp(op=operator(), values=values)
 
 
 def undefined(variable: str) -> ast.expr:
