@@ -1011,6 +1011,7 @@ def test_filter_generators_are_truthy():
         "{% for v in xs %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}",
         "{% for v in xs %}{% if loop.changed(v // 2) %}{{ v }}{% endif %}{% endfor %}",
         "{{ xs|map('string')|join(',') }}",
+        "{% set y = 'o' %}{% generation %}{{ y }}{% set y = 'i' %}{{ y }}{% endgeneration %}[{{ y }}]",
     ],
 )
 @pytest.mark.parametrize("xs", [[], [1], [1, 2, 3, 4]])

@@ -607,7 +607,7 @@ class Lowering(ExpressionLowering, ValueKinds):
             if call_node.node.name == "_generation_support":
                 # transformers' {% generation %} marks the assistant's own tokens; it renders its body.
                 self.comment(node, "{% generation %}: the assistant's sampled tokens")
-                self.block(node.body)
+                self.inner_block(node.body)  # its body is a caller macro: its sets stay inside
                 return
         if not isinstance(call_node, nodes.Call) or call_node.dyn_args or call_node.dyn_kwargs:
             raise self.error(node, "cannot translate this {% call %} block")
@@ -627,15 +627,20 @@ class Lowering(ExpressionLowering, ValueKinds):
         self.add(ir.Assign(store(parts), ast.List(elts=[], ctx=ast.Load())))
         saved_output, saved_marking = self.output, self.marking_messages
         self.output, self.marking_messages = parts, False
-        scope = Scope(parent=self.scope)
-        self.scope = scope
-        self.rename_scope_locals(scope, assigned_names(node.body), count_reads(node.body))
-        self.initialise_scope_reads(node.body, set())
-        self.block(node.body)
-        self.leave_scope()
+        self.inner_block(node.body)
         self.output, self.marking_messages = saved_output, saved_marking
         value = self.filter_expr(node.filter, PyExpr(joined(parts), is_str=True))
         self.add(ir.Append(self.output, [Piece(value.as_str())]))
+
+    def inner_block(self, body: list[nodes.Node]) -> None:
+        """``body`` in a scope of its own, as Jinja runs a ``filter`` or ``call`` body: a name it
+        reads before its ``set`` sees the outer value, and its sets do not leak out."""
+        scope = Scope(parent=self.scope)
+        self.scope = scope
+        self.rename_scope_locals(scope, assigned_names(body), count_reads(body))
+        self.initialise_scope_reads(body, set())
+        self.block(body)
+        self.leave_scope()
 
     def stmt_ExprStmt(self, node: nodes.ExprStmt) -> None:
         if is_raise_exception(node.node):
