@@ -1020,6 +1020,11 @@ def test_filter_generators_are_truthy(source):
         "{{ '%s-%s'|format(xs|length, xs is callable) }}{{ xs|select('odd')|list|length }}",
         "{% set odd = xs|select('odd') %}{% for v in odd %}{{ loop.length }}{% else %}none{% endfor %}",
         "{% for v in range(xs|length) %}{{ v }}{% endfor %}{{ dict(a=1).a }}",
+        "{% for v in [xs, [xs]] recursive %}[{{ loop.depth }}{{ loop.depth0 }}:{% if v is iterable %}"
+        "{{ loop(v) }}{% else %}{{ v }}{% endif %}]{% endfor %}",
+        "{% set a = 0 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% set c = 5 %}{{ c }}{% endwith %}[{{ a }}{{ c }}]",
+        "{% with a = xs|length %}{% with a = a + 1 %}{{ a }}{% endwith %}{{ a }}{% endwith %}",
+        "{% for v in xs %}{% with w = v * 2 %}{% if w > 4 %}{% break %}{% endif %}{{ w }}{% endwith %}{% endfor %}",
         "{% set y = 'o' %}{% generation %}{{ y }}{% set y = 'i' %}{{ y }}{% endgeneration %}[{{ y }}]",
     ],
 )
@@ -1059,10 +1064,9 @@ def test_raise_exception_is_a_raise_statement():
         ("a\nb\n{% include 'other.jinja' %}", "{% include %}", 3),
         ("{% import 'x.jinja' as x %}", "{% import %}", 1),
         ("\n{{ x|frobnicate }}", "frobnicate", 2),
-        ("{% for x in xs recursive %}{{ loop(x) }}{% endfor %}", "recursive", 1),
+        ("{% for x in xs %}{{ loop(x) }}{% endfor %}", "loop", 1),
         ("\n{{ xs|random }}", "random", 2),
         ("{{ frob(1) }}", "frob", 1),
-        ("{% with a = 1 %}{{ a }}{% endwith %}", "{% with %}", 1),
         ("{{ f(*args) }}", "*args", 1),
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
         ("\n\n\n{{ lipsum(2) }}", "lipsum", 4),

@@ -370,10 +370,30 @@ class Lowering(ExpressionLowering, ValueKinds):
 
     def stmt_For(self, node: nodes.For) -> None:
         if node.recursive:
-            raise self.error(node, "cannot translate a recursive {% for %} loop")
-        uses = loop_attributes_used(node.body, self.error)
+            self.recursive_loop(node)
+            return
         self.comment(node, "{% for %}")
-        iterable = self.expr(node.iter)
+        self.lower_for(node, self.expr(node.iter))
+
+    def recursive_loop(self, node: nodes.For) -> None:
+        """``{% for x in xs recursive %}...{{ loop(x.children) }}...{% endfor %}``: the loop is a
+        function of its items and depth, and ``loop(...)`` calls it again one level deeper."""
+        self.comment(node, "{% for ... recursive %}: loop(...) renders its items one level deeper")
+        function = self.fresh_name("render_loop")
+        items, depth = self.fresh_name("loop_items"), self.fresh_name("depth")
+        parts = self.fresh_name("parts")
+        saved_body, saved_output, saved_marking = self.body, self.output, self.marking_messages
+        self.body, self.output, self.marking_messages = [], parts, False
+        self.add(ir.Assign(store(parts), ast.List(elts=[], ctx=ast.Load())))
+        self.lower_for(node, PyExpr(name(items)), recursion=(function, depth))
+        self.add(ir.Return(joined(parts)))
+        body = self.body
+        self.body, self.output, self.marking_messages = saved_body, saved_output, saved_marking
+        self.add(ir.Function(function, [ir.Parameter(items), ir.Parameter(depth)], body))
+        self.add(ir.Append(self.output, [Piece(call(name(function), self.expr(node.iter).node, const(1)))]))
+
+    def lower_for(self, node: nodes.For, iterable: PyExpr, recursion: tuple[str, str] | None = None) -> None:
+        uses = loop_attributes_used(node.body, self.error)
         items: ast.expr = iterable.node
         if node.test is not None:
             # `{% for x in xs if test %}`: loop attributes count the filtered items only.
@@ -417,7 +437,10 @@ class Lowering(ExpressionLowering, ValueKinds):
             index = self.fresh_name(f"{target.id}_index" if isinstance(target, ast.Name) else "index")
             loop_target = ast.Tuple(elts=[store(index), target], ctx=ast.Store())
             loop_iter = call("enumerate", items)
-        self.loops.append(LoopContext(index=index, items=items, uses=uses, changed=changed))
+        loop_context = LoopContext(index=index, items=items, uses=uses, changed=changed)
+        if recursion:
+            loop_context.function, loop_context.depth = recursion
+        self.loops.append(loop_context)
         saved, self.body = self.body, []
         if marks_messages:
             self.add(ir.ExprStmt(call("out.mark_message", name(target.id))))
@@ -641,6 +664,21 @@ class Lowering(ExpressionLowering, ValueKinds):
         self.rename_scope_locals(scope, assigned_names(body), count_reads(body))
         self.initialise_scope_reads(body, set())
         self.block(body)
+        self.leave_scope()
+
+    def stmt_With(self, node: nodes.With) -> None:
+        """``{% with a = x, b = y %}body{% endwith %}``: values evaluated outside, names bound inside."""
+        self.comment(node, "{% with %}")
+        values = [self.expr(value).node for value in node.values]
+        targets = set().union(*(target_names(target) for target in node.targets))
+        scope = Scope(parent=self.scope)
+        self.scope = scope
+        self.rename_scope_locals(scope, targets | assigned_names(node.body), count_reads(node.body))
+        for target, value in zip(node.targets, values):
+            python_target = self.assign_target(target)
+            self.add(ir.Assign(python_target, value, note=self.rename_note(target, python_target)))
+        self.initialise_scope_reads(node.body, targets)
+        self.block(node.body)
         self.leave_scope()
 
     def stmt_ExprStmt(self, node: nodes.ExprStmt) -> None:
