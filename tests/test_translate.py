@@ -1136,3 +1136,32 @@ def test_message_content_is_marked_where_the_template_writes_it(source):
 def test_a_plus_chain_with_content_raises_as_the_template_does_on_a_non_string():
     source = "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>' }}{% endfor %}"
     check(source, messages=[{"role": "user", "content": ["a list"]}])
+
+
+# --- clean-up passes: what a careful port would tidy ---------------------------------------------
+
+
+def test_defined_test_on_a_global_is_always_true():
+    source = "{% if strftime_now is defined %}A{% else %}B{% endif %}{% if raise_exception is not defined %}C{% endif %}"
+    assert text(source) == "A"
+    code = render_body(source)
+    assert "is_defined" not in code and "else" not in code and '"C"' not in code
+
+
+def test_identical_branches_with_a_harmless_test_are_merged():
+    source = "{% for x in xs %}{% if loop.last %}[{{ x }}]{% else %}[{{ x }}]{% endif %}{% endfor %}"
+    assert text(source, xs=[1, 2]) == "[1][2]"
+    assert not any(line.strip().startswith("if ") for line in render_body(source).splitlines())
+
+
+def test_adjacent_literals_are_folded():
+    source = "{{ 'a' ~ 'b' }}{{ x ~ 'c' ~ 'd' }}{{ 'e' + 'f' }}"
+    assert text(source, x="X") == "abXcdef"
+    code = render_body(source)
+    assert '"ab' in code and '"cdef"' in code and '" + "' not in code
+
+
+def test_no_str_after_an_is_string_check():
+    source = "{% if x is string %}{{ x }}!{% endif %}"
+    assert text(source, x="s") == "s!"
+    assert "out.append(x + " in render_body(source)
