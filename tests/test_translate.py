@@ -1071,6 +1071,7 @@ def test_raise_exception_is_a_raise_statement():
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
         ("\n\n\n{{ lipsum(2) }}", "lipsum", 4),
         ("{% extends 'base.jinja' %}", "{% extends %}", 1),
+        ("\n{% autoescape true %}{{ x }}{% endautoescape %}", "{% autoescape %}", 2),
         ("{% if x %}\n{{ x \n{% endif %}", "does not parse", 3),
     ],
 )

@@ -681,6 +681,10 @@ class Lowering(ExpressionLowering, ValueKinds):
         self.block(node.body)
         self.leave_scope()
 
+    def stmt_Scope(self, node: nodes.Scope) -> None:
+        """A bare scope (Jinja wraps ``{% autoescape %}`` in one): its body in a scope of its own."""
+        self.inner_block(node.body)
+
     def stmt_ExprStmt(self, node: nodes.ExprStmt) -> None:
         if is_raise_exception(node.node):
             self.raise_statement(node.node)
