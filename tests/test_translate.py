@@ -1020,6 +1020,8 @@ def test_filter_generators_are_truthy(source):
         "{{ '%s-%s'|format(xs|length, xs is callable) }}{{ xs|select('odd')|list|length }}",
         "{% set odd = xs|select('odd') %}{% for v in odd %}{{ loop.length }}{% else %}none{% endfor %}",
         "{% for v in range(xs|length) %}{{ v }}{% endfor %}{{ dict(a=1).a }}",
+        "{% macro m(type, id=1, x=2) %}{{ type }}{{ id }}{{ x }}{% endmacro %}{{ m(type='a', id=2) }}"
+        "{% set x = 5 %}{% for type in xs %}{{ m(type, x=x) }}{% endfor %}",
         "{% for v in [xs, [xs]] recursive %}[{{ loop.depth }}{{ loop.depth0 }}:{% if v is iterable %}"
         "{{ loop(v) }}{% else %}{{ v }}{% endif %}]{% endfor %}",
         "{% set a = 0 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% set c = 5 %}{{ c }}{% endwith %}[{{ a }}{{ c }}]",

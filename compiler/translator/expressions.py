@@ -306,7 +306,11 @@ class ExpressionLowering:
             if function.node.name == "loop" and self.loops and function.attr in ("cycle", "changed"):
                 return self.loop_method_call(node)
         arguments = [self.expr(argument).node for argument in node.args]
-        keywords = [ast.keyword(arg=kw.key, value=self.expr(kw.value).node) for kw in node.kwargs]
+        is_macro = isinstance(function, nodes.Name) and function.name in self.macro_names
+        keywords = [
+            ast.keyword(arg=self.keyword_name(kw.key) if is_macro else kw.key, value=self.expr(kw.value).node)
+            for kw in node.kwargs
+        ]
         if isinstance(function, nodes.Getattr):
             target = self.expr(function.node)
             return PyExpr(ast.Call(func=attribute(target.node, function.attr), args=arguments, keywords=keywords))

@@ -656,6 +656,10 @@ class Lowering(ExpressionLowering, ValueKinds):
         value = self.filter_expr(node.filter, PyExpr(joined(parts), is_str=True))
         self.add(ir.Append(self.output, [Piece(value.as_str())]))
 
+    def keyword_name(self, key: str) -> str:
+        """The Python keyword of a macro call's ``key=`` argument (see :func:`parameter_name`)."""
+        return parameter_name(key)
+
     def inner_block(self, body: list[nodes.Node]) -> None:
         """``body`` in a scope of its own, as Jinja runs a ``filter`` or ``call`` body: a name it
         reads before its ``set`` sees the outer value, and its sets do not leak out."""
@@ -710,7 +714,13 @@ class Lowering(ExpressionLowering, ValueKinds):
             for target in target_names(node.target):
                 body_reads[target] = 0  # reads of the loop variable outside this loop are all outside
         else:
-            assigned = {argument.name for argument in node.args} | assigned_names(node.body)
+            # a parameter keeps its name (a Python parameter shadows the outer name, as in Jinja), so
+            # that keyword calls `m(name=...)` reach it; only a Python keyword or builtin gets a `_`
+            arguments = {argument.name for argument in node.args}
+            for argument in sorted(arguments):
+                scope.names[argument] = parameter_name(argument)
+                scope.helpers.add(parameter_name(argument))
+            assigned = assigned_names(node.body) - arguments
             body_reads = Counter()
         self.rename_scope_locals(scope, assigned, body_reads)
         self.scope = scope
@@ -754,6 +764,11 @@ class Lowering(ExpressionLowering, ValueKinds):
                 return False
             node = node.node
         return isinstance(node, nodes.Name) and (self.scope.lookup(node.name) or node.name) in self.message_sources
+
+
+def parameter_name(argument: str) -> str:
+    """The Python name of a macro parameter (the same at the definition and in keyword calls)."""
+    return argument + "_" if argument in RESERVED_NAMES or not argument.isidentifier() else argument
 
 
 def free_variables(body: list[ir.Stmt], enclosing: set[str]) -> list[str]:
