@@ -81,8 +81,7 @@ class Qwen3Renderer(GeneratedRenderer):
                 ns.multi_step_tool
                 and message["role"] == "user"
                 and not (
-                    message["content"].startswith("<tool_response>")
-                    and message["content"].endswith("</tool_response>")
+                    message["content"].startswith("<tool_response>") and message["content"].endswith("</tool_response>")
                 )
             ):
                 ns.multi_step_tool = False
@@ -102,51 +101,43 @@ class Qwen3Renderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
             # L82: {% if %}
-            if jinja.defined(enable_thinking) and enable_thinking is False:
+            if jinja.is_defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
 
     def render_user_or_system(self, out, message):
         """The template's user / system branch of the message loop (lines 26-27)."""
-        out.append(
-            "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>" + "\n"
-        )
+        out.append("<|im_start|>" + message["role"] + "\n")
+        out.append_content(message["content"])
+        out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, ns, messages):
         """The template's assistant branch of the message loop (lines 28-67)."""
         content = message["content"]
         reasoning_content = ""
         # L31: {% if %}
-        if jinja.defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
+        if jinja.is_defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
             reasoning_content = message["reasoning_content"]
         else:
             # L34: {% if %}
             if "</think>" in message["content"]:
                 content = message["content"].split("</think>")[-1].lstrip("\n")
                 reasoning_content = (
-                    message["content"]
-                    .split("</think>")[0]
-                    .rstrip("\n")
-                    .split("<think>")[-1]
-                    .lstrip("\n")
+                    message["content"].split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 )
         # L39: {% if %}
         if message_index > ns.last_query_index:
             # L40: {% if %}
-            if message_index == len(messages) - 1 or (
-                message_index != len(messages) - 1 and reasoning_content
-            ):
-                out.append(
-                    "<|im_start|>"
-                    + message["role"]
-                    + "\n<think>\n"
-                    + reasoning_content.strip("\n")
-                    + "\n</think>\n\n"
-                    + content.lstrip("\n")
-                )
+            if message_index == len(messages) - 1 or (message_index != len(messages) - 1 and reasoning_content):
+                out.append("<|im_start|>" + message["role"] + "\n<think>\n")
+                out.append_content(reasoning_content.strip("\n"))
+                out.append("\n</think>\n\n")
+                out.append_content(content.lstrip("\n"))
             else:
-                out.append("<|im_start|>" + message["role"] + "\n" + content)
+                out.append("<|im_start|>" + message["role"] + "\n")
+                out.append_content(content)
         else:
-            out.append("<|im_start|>" + message["role"] + "\n" + content)
+            out.append("<|im_start|>" + message["role"] + "\n")
+            out.append_content(content)
         # L48: {% if %}
         if message["tool_calls"]:
             # L49: {% for %}
@@ -157,12 +148,14 @@ class Qwen3Renderer(GeneratedRenderer):
                 # L53: {% if %}
                 if tool_call["function"]:
                     tool_call = tool_call["function"]
-                out.append('<tool_call>\n{"name": "' + str(tool_call["name"]) + '", "arguments": ')
+                out.append('<tool_call>\n{"name": "')
+                out.append_content(str(tool_call["name"]))
+                out.append('", "arguments": ')
                 # L59: {% if %}
                 if isinstance(tool_call["arguments"], str):
-                    out.append(str(tool_call["arguments"]))
+                    out.append_content(str(tool_call["arguments"]))
                 else:
-                    out.append(jinja.tojson(tool_call["arguments"]))
+                    out.append_content(jinja.tojson(tool_call["arguments"]))
                 out.append("}\n</tool_call>")
         out.append("<|im_end|>\n")
 
@@ -171,7 +164,9 @@ class Qwen3Renderer(GeneratedRenderer):
         # L69: {% if %}
         if message_index == 0 or messages[message_index - 1]["role"] != "tool":
             out.append("<|im_start|>user")
-        out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
+        out.append("\n<tool_response>\n")
+        out.append_content(str(message["content"]))
+        out.append("\n</tool_response>")
         # L75: {% if %}
         if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
             out.append("<|im_end|>\n")

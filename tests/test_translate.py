@@ -1,4 +1,4 @@
-"""Unit tests of the translator (compiler/translate.py) and emitter (compiler/emit.py).
+"""Unit tests of the translator (compiler/translator/) and emitter (compiler/emit.py).
 
 Every test compiles a small template string into a renderer class, with no tokenizer, and
 checks it against transformers' own rendering (``TemplateOracle`` in text-only mode) on
@@ -34,6 +34,8 @@ from compiler.errors import CompileError  # noqa: E402
 from compiler.oracle import OracleRejected, TemplateOracle  # noqa: E402
 from compiler.pipeline import load_renderer_class  # noqa: E402
 from compiler.verify import rejection_mismatch  # noqa: E402
+from rllm_renderers import template_runtime as jinja  # noqa: E402
+from rllm_renderers.output import RenderOutput  # noqa: E402
 
 NAME = "t.jinja"
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
@@ -1006,31 +1008,85 @@ def test_filter_generators_are_truthy(source):
     check(source, xs=[])
 
 
+# --- every statement transformers' sandbox allows -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% macro m(a) %}[{{ caller(a) }}]{% endmacro %}{% call(x) m('v') %}<{{ x }}>{% endcall %}",
+        "{% macro m() %}{{ caller() }}|{{ caller() }}{% endmacro %}{% set y = 1 %}{% call m() %}{{ y }}{% endcall %}",
+        "{% filter upper %}a{{ xs|length }}b{% endfilter %}",
+        "{% set y = 'o' %}{% filter trim %}  {{ y }}{% set y = 'i' %}{{ y }} {% endfilter %}[{{ y }}]",
+        "{% set x | upper %}a{{ xs|length }}{% endset %}{{ x }}",
+        "{% set x %}a{% for v in xs %}{{ v }}{% endfor %}{% endset %}{{ x }}{{ x|length }}",
+        "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1) }}{{ m(1, 3, 4, 5) }}",
+        "{% macro m() %}{{ kwargs.k }}{% endmacro %}{{ m(k='v') }}",
+        "{% for v in xs %}{% if v > 2 %}{% break %}{% endif %}{{ v }}{% endfor %}",
+        "{% for v in xs %}{% if v is odd %}{% continue %}{% endif %}{{ v }}{% else %}none{% endfor %}",
+        "{% for v in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{% endfor %}",
+        "{% for v in xs %}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}",
+        "{% for v in xs %}{{ loop.previtem }}/{{ loop.nextitem }};{% endfor %}",
+        "{% for v in xs %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}",
+        "{% for v in xs %}{% if loop.changed(v // 2) %}{{ v }}{% endif %}{% endfor %}",
+        "{{ xs|map('string')|join(',') }}",
+        "{{ '%s-%s'|format(xs|length, xs is callable) }}{{ xs|select('odd')|list|length }}",
+        "{% set odd = xs|select('odd') %}{% for v in odd %}{{ loop.length }}{% else %}none{% endfor %}",
+        "{% for v in range(xs|length) %}{{ v }}{% endfor %}{{ dict(a=1).a }}",
+        "{% macro m(type, id=1, x=2) %}{{ type }}{{ id }}{{ x }}{% endmacro %}{{ m(type='a', id=2) }}"
+        "{% set x = 5 %}{% for type in xs %}{{ m(type, x=x) }}{% endfor %}",
+        "{% for v in [xs, [xs]] recursive %}[{{ loop.depth }}{{ loop.depth0 }}:{% if v is iterable %}"
+        "{{ loop(v) }}{% else %}{{ v }}{% endif %}]{% endfor %}",
+        "{% set a = 0 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% set c = 5 %}{{ c }}{% endwith %}[{{ a }}{{ c }}]",
+        "{% with a = xs|length %}{% with a = a + 1 %}{{ a }}{% endwith %}{{ a }}{% endwith %}",
+        "{% for v in xs %}{% with w = v * 2 %}{% if w > 4 %}{% break %}{% endif %}{{ w }}{% endwith %}{% endfor %}",
+        "{% set y = 'o' %}{% generation %}{{ y }}{% set y = 'i' %}{{ y }}{% endgeneration %}[{{ y }}]",
+    ],
+)
+@pytest.mark.parametrize("xs", [[], [1], [1, 2, 3, 4]])
+def test_statements_and_loop_attributes(source, xs):
+    check(source, xs=xs)
+
+
+def test_top_level_macros_are_methods_and_closures_only_where_they_read_render_variables():
+    source = (
+        "{% macro item(x, sep=', ') %}{{ x }}{{ sep }}{% endmacro %}"
+        "{% macro items(xs) %}{% for x in xs %}{{ item(x) }}{% endfor %}{% endmacro %}"
+        "{% macro greet() %}{{ greeting }}{% endmacro %}"
+        "{{ items(xs) }}{{ greet() }}"
+    )
+    for xs in ([], [1, 2]):
+        check(source, xs=xs, greeting="hi")
+    code = code_of(source)
+    assert "    def macro_item(self, x=jinja.Undefined('x'), sep=', '):" in code.replace('"', "'")
+    assert "self.macro_items(xs)" in code and "self.macro_item(x)" in code
+    assert "        def macro_greet():" in code  # reads the knob `greeting`: a closure
+
+
+def test_raise_exception_is_a_raise_statement():
+    source = "{% if x > 1 %}{{ raise_exception('too big: ' ~ x) }}{% endif %}ok"
+    assert check(source, x=5) == ("error", "TemplateError", "too big: 5")
+    assert "raise jinja.TemplateError(" in code_of(source)
+    assert "jinja.raise_exception" not in code_of(source)
+
+
 # --- constructs the compiler refuses ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "source, construct, line",
     [
-        ("a\n{% macro m() %}x{% endmacro %}\n{% call m() %}body{% endcall %}", "{% call %}", 3),
-        ("{% filter upper %}\nx{% endfilter %}", "{% filter %}", 1),
         ("a\nb\n{% include 'other.jinja' %}", "{% include %}", 3),
         ("{% import 'x.jinja' as x %}", "{% import %}", 1),
         ("\n{{ x|frobnicate }}", "frobnicate", 2),
-        ("{% for x in xs %}\n{{ loop.cycle('a', 'b') }}{% endfor %}", "loop.cycle", 2),
-        ("{% for x in xs %}{{ loop.depth }}{% endfor %}", "loop.depth", 1),
-        ("\n\n{% macro m() %}{{ caller() }}{% endmacro %}", "caller", 3),
-        ("{% macro m() %}{{ varargs }}{% endmacro %}", "varargs", 1),
-        ("{% for x in xs recursive %}{{ loop(x) }}{% endfor %}", "recursive", 1),
-        ("\n{{ x is callable }}", "callable", 2),
+        ("{% for x in xs %}{{ loop(x) }}{% endfor %}", "loop", 1),
+        ("\n{{ xs|random }}", "random", 2),
         ("{{ frob(1) }}", "frob", 1),
-        ("{% with a = 1 %}{{ a }}{% endwith %}", "{% with %}", 1),
-        ("{% set x | upper %}a{% endset %}", "set", 1),
         ("{{ f(*args) }}", "*args", 1),
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
-        ("{{ x|map('string') }}", "map", 1),
-        ("\n\n\n{{ '%s'|format(1) }}", "format", 4),
+        ("\n\n\n{{ lipsum(2) }}", "lipsum", 4),
         ("{% extends 'base.jinja' %}", "{% extends %}", 1),
+        ("\n{% autoescape true %}{{ x }}{% endautoescape %}", "{% autoescape %}", 2),
         ("{% if x %}\n{{ x \n{% endif %}", "does not parse", 3),
     ],
 )
@@ -1069,3 +1125,69 @@ def test_corpus_templates_emit_deterministically(path):
     assert emit(source, {**SPECIAL, "pad_token": "<pad>", "unk_token": "<unk>"}) == first
     assert black.format_str(first, mode=BLACK_MODE) == first
     compile(first, path.name, "exec")
+
+
+# --- attribution: the translator marks message content ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}",
+        "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>' }}{% endfor %}",
+        "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content|trim ~ '</' ~ m.role ~ '>' }}{% endfor %}",
+        "{% for m in messages %}{% set c = m.content.split('</think>')[-1] %}<{{ m.role }}>{{ c }}</{{ m.role }}>"
+        "{% endfor %}",
+    ],
+)
+def test_message_content_is_marked_where_the_template_writes_it(source):
+    messages = [{"role": "user", "content": "user"}, {"role": "assistant", "content": "user"}]
+    check(source, messages=messages)
+    out = renderer_class(source)()._render_output(messages, None, False)
+    text = out.text()
+    assert [text[start:end] for start, end in out.content_ranges()] == ["user", "user"]
+    assert [start for start, _ in out.content_ranges()] == [6, 28]  # after the headers, not inside them
+
+
+def test_a_plus_chain_with_content_raises_as_the_template_does_on_a_non_string():
+    """The chain is split into appends (content marked apart), yet ``str + list`` still raises.
+
+    Through ``render_text`` list content is first joined (the template reads content as a string,
+    ``CONTENT_FORMAT``), so the translated method is run on raw template data here."""
+    source = "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>' }}{% endfor %}"
+    messages = [{"role": "user", "content": ["a list"]}]
+    expected = outcome_of_oracle(source, messages=messages, tools=None, add_generation_prompt=False, knobs={}, special=SPECIAL)
+    assert expected[:2] == ("error", "TypeError")
+    renderer = renderer_class(source)()
+    data = jinja.template_data(messages)
+    with pytest.raises(TypeError, match="can only concatenate str"):
+        renderer.render_template(RenderOutput(data), data, None, None, False)
+
+
+# --- clean-up passes: what a careful port would tidy ---------------------------------------------
+
+
+def test_defined_test_on_a_global_is_always_true():
+    source = "{% if strftime_now is defined %}A{% else %}B{% endif %}{% if raise_exception is not defined %}C{% endif %}"
+    assert text(source) == "A"
+    code = render_body(source)
+    assert "is_defined" not in code and "else" not in code and '"C"' not in code
+
+
+def test_identical_branches_with_a_harmless_test_are_merged():
+    source = "{% for x in xs %}{% if loop.last %}[{{ x }}]{% else %}[{{ x }}]{% endif %}{% endfor %}"
+    assert text(source, xs=[1, 2]) == "[1][2]"
+    assert not any(line.strip().startswith("if ") for line in render_body(source).splitlines())
+
+
+def test_adjacent_literals_are_folded():
+    source = "{{ 'a' ~ 'b' }}{{ x ~ 'c' ~ 'd' }}{{ 'e' + 'f' }}"
+    assert text(source, x="X") == "abXcdef"
+    code = render_body(source)
+    assert '"ab' in code and '"cdef"' in code and '" + "' not in code
+
+
+def test_no_str_after_an_is_string_check():
+    source = "{% if x is string %}{{ x }}!{% endif %}"
+    assert text(source, x="s") == "s!"
+    assert "out.append(x + " in render_body(source)
