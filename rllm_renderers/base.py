@@ -8,9 +8,10 @@ handling, token ids with per-token message attribution.
 
 from __future__ import annotations
 
+import bisect
 import json
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
@@ -69,7 +70,14 @@ class GeneratedRenderer(ABC):
     DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
 
     def __init__(
-        self, tokenizer: Any = None, config: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any
+        self,
+        tokenizer: Any = None,
+        config: Any = None,
+        /,
+        *,
+        thinking_retention: str | None = None,
+        control_token_safe: bool | Iterable[str] = False,
+        **knobs: Any,
     ) -> None:
         if config is not None:  # a prime-rl config object: its non-None knob fields
             knobs = {**{k: getattr(config, k) for k in self.KNOBS if getattr(config, k, None) is not None}, **knobs}
@@ -84,6 +92,7 @@ class GeneratedRenderer(ABC):
         if retention not in RETENTION_POLICIES:
             raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
         self.thinking_retention = retention
+        self.plain_content_roles = _plain_content_roles(control_token_safe)
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
         self.knobs = {
@@ -219,8 +228,16 @@ class GeneratedRenderer(ABC):
     def render_ids(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> list[int]:
-        """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``."""
-        return self.encoder.encode(self.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``.
+
+        Unless built with ``control_token_safe``: then the content of messages of those roles is
+        encoded as plain text (see :func:`_plain_content_roles`).
+        """
+        if not self.plain_content_roles:
+            return self.encoder.encode(self.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        out = self._render_output(messages, tools, add_generation_prompt)
+        text = out.text()
+        return self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
 
     def render(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
@@ -228,8 +245,9 @@ class GeneratedRenderer(ABC):
         """Token ids with attribution: each token's message (-1: scaffolding) and whether the model samples it."""
         out = self._render_output(messages, tools, add_generation_prompt)
         text = out.text()
-        token_ids, offsets = self.encoder.encode_with_offsets(text)
         spans = out.message_spans()
+        plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
+        token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages)
         content_ranges = sampled_ranges + self._body_ranges(text, message_ranges, messages)
@@ -281,6 +299,28 @@ class GeneratedRenderer(ABC):
                 if at >= 0:
                     ranges.append((at, at + len(content)))
         return ranges
+
+    def _plain_ranges(
+        self, out: RenderOutput, text: str, messages: list[Message], spans: list[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int]]:
+        """Character ranges of the content of messages whose role is in ``plain_content_roles``.
+
+        From the renderer's content marks (``out.content_ranges()``) where the output records
+        them, else from where each message's content string is found in its span.
+        """
+        spans = out.message_spans() if spans is None else spans
+        message_ranges = self._message_ranges(text, spans)
+        roles = self.plain_content_roles
+        if hasattr(out, "content_ranges"):
+            starts = [start for start, _ in spans]
+            ranges = []
+            for low, high in out.content_ranges():
+                index = spans[bisect.bisect_right(starts, low) - 1][1]
+                if index >= 0 and messages[index].get("role") in roles:
+                    ranges.append((low, high))
+            return ranges
+        chosen = {index: span for index, span in message_ranges.items() if messages[index].get("role") in roles}
+        return self._body_ranges(text, chosen, messages)
 
     # --- facts used by the parser and the bridge --------------------------------------
 
@@ -363,6 +403,24 @@ class GeneratedRenderer(ABC):
         """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
         generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
         return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
+
+
+def _plain_content_roles(control_token_safe: bool | Iterable[str]) -> frozenset[str]:
+    """The roles whose message content a renderer encodes as plain text.
+
+    ``control_token_safe`` is off by default (template parity: a user who types ``<|im_end|>``
+    gets the control token, exactly as ``apply_chat_template`` gives it).  ``True`` means user and
+    tool messages; an iterable of roles names them (e.g. ``{"user", "tool", "system"}``).  Their
+    content can then not forge control tokens, while the template's own markers stay special: a
+    deliberate deviation from the template, for untrusted input.
+    """
+    if control_token_safe is True:
+        return frozenset(("user", "tool"))
+    if control_token_safe is False or control_token_safe is None:
+        return frozenset()
+    if isinstance(control_token_safe, str) or not all(isinstance(role, str) for role in control_token_safe):
+        raise ValueError(f"control_token_safe must be a bool or a collection of role names, got {control_token_safe!r}")
+    return frozenset(control_token_safe)
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:

@@ -7,8 +7,8 @@ spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds t
 
 What is proved, and how (the conditions checked, in order):
 
-1. *Pipeline.*  Normalizer: none, an empty ``Sequence``, or ``NFC`` (applied here with
-   ``unicodedata``).  Pre-tokenizer: ``Split`` stages (``behavior="Isolated"``, ``invert=False``)
+1. *Pipeline.*  Normalizer: none, an empty ``Sequence``, or ``NFC`` (applied here with the
+   library's own ``NFC`` normalizer, to non-ASCII spans).  Pre-tokenizer: ``Split`` stages (``behavior="Isolated"``, ``invert=False``)
    followed by ``ByteLevel(add_prefix_space=False)``, or ``ByteLevel`` alone (its own GPT-2 regex
    when ``use_regex``, else the whole span is one word).  Model: ``BPE`` without dropout, byte
    fallback, continuing-subword prefix or end-of-word suffix, and with all 256 byte symbols.
@@ -48,7 +48,6 @@ import hashlib
 import json
 import os
 import threading
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,10 +110,16 @@ class RankBpe:
             import regex
 
             self._stage_regexes = tuple(regex.compile(stage) for stage in self.stages)
+        if self.nfc:
+            # The library's own NFC: Python's unicodedata follows another Unicode version, and the
+            # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
+            from tokenizers.normalizers import NFC
+
+            self._nfc = NFC().normalize_str
 
     def encode(self, span: str) -> list[int]:
-        if self.nfc and not unicodedata.is_normalized("NFC", span):
-            span = unicodedata.normalize("NFC", span)
+        if self.nfc and not span.isascii():
+            span = self._nfc(span)
         if not self._stage_regexes:
             return self._encode(span)
         ids: list[int] = []
