@@ -21,22 +21,26 @@ What is proved, and how (the conditions checked, in order):
 
 2. *BPE.*  The library merges, in a word, the adjacent pair with the smallest *merge index*
    (ties: leftmost); tiktoken the adjacent pair whose concatenation has the smallest *rank*
-   (ties: leftmost), with rank = token id.  They are the same function when
-   (a) every merge's product is in the vocabulary and product ids increase with the merge index,
-   (b) each token is the product of at most one merge (so equal ranks mean the same pair), and
-   (c) every merge product, encoded alone by the library's BPE, is that one token.
-   Proof sketch: run both on a word; while their states agree, a step where tiktoken merges a
-   pair (u, v) that is *not* the merge of w = u + v is impossible: the symbols u and v cover a
-   region no merge has crossed, so the library's run on w's bytes alone performs the same merges
-   inside it (each was the smallest pair when it happened), reaches [u, v] and stops there,
-   contradicting (c).  Every other step merges a real merge pair, and by (a) and (b) both pick the
-   same one.  (c) also makes tiktoken's "whole piece is a token" shortcut agree with the library
-   (which takes it only with ``ignore_merges``; then every vocabulary token must be a byte or a
-   merge product, else the shortcut could yield a token tiktoken does not have).
-   (b) fails for tokenizer.json files converted from tiktoken with *every* split of a token as a
-   merge (Llama-3, gpt-oss, Qwen3.5): the library then breaks ties between different splits of
-   the same token by merge index, tiktoken by position, and no proof is known here, so they keep
-   the library (see ``reason``).
+   (ties: leftmost), with rank = token id, considering every pair whose concatenation is a token.
+   Checked: (a) every merge's product is in the vocabulary and product ids never decrease along
+   the merge list; and either (c) every merge product, encoded alone by the library's BPE (no
+   whole-word shortcut), is that one token, or (d) the merges are *closed* (every split of a
+   token into two tokens is a merge) and the library takes the whole-word shortcut
+   (``ignore_merges``), as the tokenizer.json files converted from tiktoken (Llama-3, gpt-oss) are.
+
+   Proof sketch.  *Locality:* if symbols u, v are adjacent at some step of either algorithm, the
+   same algorithm run on the bytes of u + v alone passes through the state [u, v] (the merges
+   inside that region happen in the same order: each was the smallest pair when it happened, and
+   no merge ever crossed the region's edge).  As a run on given bytes is deterministic, *all
+   pairs present at one time whose concatenation is the same token w are the same split of w*.
+   Now run both on a word; while their states agree, let tiktoken pick the leftmost pair with the
+   smallest product w.  If that pair is not a merge, (d) is impossible, and by locality the
+   library alone on w's bytes reaches [u, v] and stops, contradicting (c).  Otherwise every
+   w-pair present is that merge, and by (a) no merge present has a smaller index than w's
+   block, so the library picks the same leftmost pair.  The whole-piece shortcut: tiktoken takes
+   it for every token; the library takes it with ``ignore_merges`` (then every vocabulary token
+   must be a byte or a merge product, else the library could give a token tiktoken does not
+   have), and without it reaches the same token by (c).
 
 The regexes are run by tiktoken's engine (fancy-regex) instead of the library's (Oniguruma) on
 the same pattern text; the differential tests compare both on every corpus tokenizer.
@@ -56,7 +60,7 @@ __all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "1"
+PROOF_VERSION = "2"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -210,7 +214,7 @@ def _check_model(model: dict) -> tuple[dict[str, int], list[tuple[str, str]]]:
 
 
 def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_merges: bool) -> set[str]:
-    """Conditions (a) and (b); returns the merge products."""
+    """Condition (a); returns the merge products."""
     products: set[str] = set()
     previous = -1
     for index, (left, right) in enumerate(merges):
@@ -220,11 +224,6 @@ def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_m
             raise _NotProvable(f"merge {index} ({left!r}, {right!r}) involves a token outside the vocabulary")
         if rank < previous:
             raise _NotProvable(f"merge {index} makes token {rank}, after a merge that made token {previous}")
-        if product in products:
-            raise _NotProvable(
-                f"token {rank} ({product!r}) is the product of several merges (every split is a merge), "
-                "and the library breaks ties between them by merge index, tiktoken by position"
-            )
         products.add(product)
         previous = rank
     if ignore_merges:
@@ -232,6 +231,18 @@ def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_m
         if strays:
             raise _NotProvable(f"{len(strays)} vocabulary tokens are neither bytes nor merge products (e.g. {strays[0]!r})")
     return products
+
+
+def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> bool:
+    """Condition (d)'s first half: every split of a byte or product into two of them is a merge."""
+    symbols = products | set(_BYTE_OF)
+    merge_set = set(merges)
+    for token in products:
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in symbols and right in symbols and (left, right) not in merge_set:
+                return False
+    return True
 
 
 def _check_reachable(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> None:
@@ -302,7 +313,8 @@ def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
         stages, pattern = _split_stages(data.get("pre_tokenizer"))
         vocab, merges = _check_model(data["model"])
         products = _check_merges(vocab, merges, bool(data["model"].get("ignore_merges")))
-        if verdict != "proved":
+        ignore_merges = bool(data["model"].get("ignore_merges"))
+        if verdict != "proved" and not (ignore_merges and _merges_are_closed(vocab, merges, products)):
             _check_reachable(vocab, merges, products)
     except _NotProvable as exc:
         _remember(marker, f"refused: {exc}")
