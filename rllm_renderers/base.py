@@ -311,16 +311,28 @@ class GeneratedRenderer(ABC):
         spans = out.message_spans() if spans is None else spans
         message_ranges = self._message_ranges(text, spans)
         roles = self.plain_content_roles
+        chosen = {index for index, message in enumerate(messages) if message.get("role") in roles}
+        # A message the template renders outside its message loop (a system prompt taken from
+        # messages[0]) has no span of its own: its content is recognised by its text.
+        unmarked = {
+            messages[index]["content"]
+            for index in chosen
+            if index not in message_ranges and isinstance(messages[index].get("content"), str)
+        }
         if hasattr(out, "content_ranges"):
             starts = [start for start, _ in spans]
             ranges = []
             for low, high in out.content_ranges():
                 index = spans[bisect.bisect_right(starts, low) - 1][1]
-                if index >= 0 and messages[index].get("role") in roles:
+                if (index >= 0 and index in chosen) or (index < 0 and text[low:high] in unmarked):
                     ranges.append((low, high))
             return ranges
-        chosen = {index: span for index, span in message_ranges.items() if messages[index].get("role") in roles}
-        return self._body_ranges(text, chosen, messages)
+        ranges = self._body_ranges(text, {index: message_ranges[index] for index in chosen if index in message_ranges}, messages)
+        for content in unmarked:
+            at = text.find(content) if content else -1
+            if at >= 0:
+                ranges.append((at, at + len(content)))
+        return ranges
 
     # --- facts used by the parser and the bridge --------------------------------------
 
