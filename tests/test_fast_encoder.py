@@ -105,6 +105,24 @@ def test_both_backends_equal_tokenizer_encode(both, data):
     assert auto.encode_with_offsets(text)[0] == want, name
 
 
+@settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(text=st.text(min_size=500, max_size=4000))
+def test_long_random_unicode(both, text):
+    name, tokenizer, auto, forced = both
+    want = tokenizer.encode(text, add_special_tokens=False)
+    assert auto.encode(text) == want, name
+    assert forced.encode(text) == want, name
+
+
+def test_long_pieces(both):
+    """Pieces far longer than a word (tiktoken switches to another merge loop for long pieces)."""
+    name, tokenizer, auto, _ = both
+    texts = ["a" * 5000, " " * 3000, "ab" * 2500, "\n" * 1000, "ñ" * 2000, "中" * 3000, "😀" * 500, "xyz" * 1500 + "!" * 999,
+             "".join(chr(0x61 + (k * 7) % 26) for k in range(6000)), "0" * 4000, "-=" * 2000]  # fmt: skip
+    for text in texts:
+        assert auto.encode(text) == tokenizer.encode(text, add_special_tokens=False), (name, text[:10])
+
+
 def _sweep_texts() -> list[str]:
     """Every code point of the BMP and of the emoji/CJK-extension planes, in chunks, in several contexts."""
     code_points = [c for c in range(0x20, 0x30000) if not 0xD800 <= c <= 0xDFFF]
