@@ -789,9 +789,10 @@ def main(argv: list[str] | None = None) -> int:
         memory[family.name] = renderer_memory(family, corpus)
 
     header = (
-        f"{'family':8} {'work':7} {'size':6} {'tok':>6} | {'cold ms':>15} {'x enc':>5} | {'warm ms':>15} {'x enc':>5} | "
+        f"{'family':8} {'work':7} {'size':6} {'tok':>6} | {'cold ms':>15} {'x enc':>5} {'min x':>5} | "
+        f"{'warm ms':>15} {'x enc':>5} {'min x':>5} | "
         f"{'apply_chat_tmpl':>15} {'x enc':>5} | {'prime ms':>15} {'x enc':>5} {'=tmpl':>5} | "
-        f"{'tml ms':>15} {'x enc':>5} {'=tmpl':>5} {'tml/cold':>8} | {'bare encode ms':>15} | "
+        f"{'tml ms':>15} {'x enc':>5} {'=tmpl':>5} {'tml/cold':>8} {'min':>5} | {'bare encode ms':>15} | "
         f"{'text ms':>7} {'render ms':>9} | {'bridge ms':>9} {'x cold':>6}"
     )
     print(header)
@@ -805,11 +806,17 @@ def main(argv: list[str] | None = None) -> int:
                 return f"{'-':>15} {'-':>5} {'-':>5}"
             return f"{fmt(t[name])} {t[name].median_ms / enc:5.2f} {('yes' if match == 'yes' else 'NO'):>5}"
 
-        tml_speed = f"{t['tml'].median_ms / cold_ms:8.2f}" if "tml" in t else f"{'-':>8}"
+        enc_min = t["encode"].min_ms
+        tml_speed = (
+            f"{t['tml'].median_ms / cold_ms:8.2f} {t['tml'].min_ms / t['cold'].min_ms:5.2f}"
+            if "tml" in t
+            else f"{'-':>8} {'-':>5}"
+        )
         bridge = f"{t['bridge'].median_ms / cold_ms:6.2f}" if case.bridge_ok == "= full" else "  None"
         print(
             f"{case.family.name:8} {case.workload:7} {case.size:6} {tokens:6.0f} | "
-            f"{fmt(t['cold'])} {cold_ms / enc:5.2f} | {fmt(t['warm'])} {t['warm'].median_ms / enc:5.2f} | "
+            f"{fmt(t['cold'])} {cold_ms / enc:5.2f} {t['cold'].min_ms / enc_min:5.2f} | "
+            f"{fmt(t['warm'])} {t['warm'].median_ms / enc:5.2f} {t['warm'].min_ms / enc_min:5.2f} | "
             f"{fmt(t['act'])} {t['act'].median_ms / enc:5.2f} | {column('prime', case.prime_match)} | "
             f"{column('tml', case.tml_match)} {tml_speed} | {fmt(t['encode'])} | "
             f"{t['text'].median_ms:7.3f} {t['render'].median_ms:9.3f} | {t['bridge'].median_ms:9.3f} {bridge}"
@@ -817,7 +824,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"x enc: median / median of bare encode (targets: cold <= {TARGET_RATIO}, warm <= {WARM_TARGET}). "
-        "tml/cold: tml-renderers time / cold render_ids time (> 1: the generated renderer is faster).\n"
+        "min x: the same ratio of the minimum samples (less sensitive to other processes' load). "
+        "tml/cold: tml-renderers time / cold render_ids time (> 1: the generated renderer is faster), medians "
+        "and mins.\n"
         "=tmpl: the backend's ids equal apply_chat_template's for every variant. "
         "x cold: bridge_to_next_turn / cold render_ids of the same conversation (None: the bridge declines)."
     )
