@@ -1,6 +1,6 @@
 """A rank-based BPE (``tiktoken``) for the byte-level BPE tokenizers it provably equals.
 
-``rank_bpe_plan(tokenizer_json)`` decides, from the tokenizer's own ``tokenizer.json``, whether its
+``rank_bpe_plan(backend)`` decides, from the ``tokenizers.Tokenizer``'s own JSON, whether its
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
 spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
@@ -8,8 +8,8 @@ spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds t
 What is proved, and how (the conditions checked, in order):
 
 1. *Pipeline.*  Normalizer: none, an empty ``Sequence``, or ``NFC`` (applied here with the
-   library's own ``NFC`` normalizer, to non-ASCII spans).  Pre-tokenizer: ``Split`` stages (``behavior="Isolated"``, ``invert=False``)
-   followed by ``ByteLevel(add_prefix_space=False)``, or ``ByteLevel`` alone (its own GPT-2 regex
+   library's own ``NFC`` normalizer, to non-ASCII spans).  Pre-tokenizer: ``Split`` stages
+   (``behavior="Isolated"``, ``invert=False``) followed by ``ByteLevel(add_prefix_space=False)``, or ``ByteLevel`` alone (its own GPT-2 regex
    when ``use_regex``, else the whole span is one word).  Model: ``BPE`` without dropout, byte
    fallback, continuing-subword prefix or end-of-word suffix, and with all 256 byte symbols.
    The last ``Split`` runs inside tiktoken; earlier ones (DeepSeek has three) run here with the
@@ -23,8 +23,8 @@ What is proved, and how (the conditions checked, in order):
    (ties: leftmost); tiktoken the adjacent pair whose concatenation has the smallest *rank*
    (ties: leftmost), with rank = token id, considering every pair whose concatenation is a token.
    Checked: (a) every merge's product is in the vocabulary and product ids never decrease along
-   the merge list; and either (c) every merge product, encoded alone by the library's BPE (no
-   whole-word shortcut), is that one token, or (d) the merges are *closed* (every split of a
+   the merge list; and either (b) every merge product, encoded alone by the library's BPE (no
+   whole-word shortcut), is that one token, or (c) the merges are *closed* (every split of a
    token into two tokens is a merge) and the library takes the whole-word shortcut
    (``ignore_merges``), as the tokenizer.json files converted from tiktoken (Llama-3, gpt-oss) are.
 
@@ -34,13 +34,13 @@ What is proved, and how (the conditions checked, in order):
    no merge ever crossed the region's edge).  As a run on given bytes is deterministic, *all
    pairs present at one time whose concatenation is the same token w are the same split of w*.
    Now run both on a word; while their states agree, let tiktoken pick the leftmost pair with the
-   smallest product w.  If that pair is not a merge, (d) is impossible, and by locality the
-   library alone on w's bytes reaches [u, v] and stops, contradicting (c).  Otherwise every
+   smallest product w.  If that pair is not a merge, (c) is impossible, and by locality the
+   library alone on w's bytes reaches [u, v] and stops, contradicting (b).  Otherwise every
    w-pair present is that merge, and by (a) no merge present has a smaller index than w's
    block, so the library picks the same leftmost pair.  The whole-piece shortcut: tiktoken takes
    it for every token; the library takes it with ``ignore_merges`` (then every vocabulary token
    must be a byte or a merge product, else the library could give a token tiktoken does not
-   have), and without it reaches the same token by (c).
+   have), and without it reaches the same token by (b).
 
 The regexes are run by tiktoken's engine (fancy-regex) instead of the library's (Oniguruma) on
 the same pattern text; the differential tests compare both on every corpus tokenizer.
@@ -234,7 +234,7 @@ def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_m
 
 
 def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> bool:
-    """Condition (d)'s first half: every split of a byte or product into two of them is a merge."""
+    """Condition (c)'s first half: every split of a product into two bytes or products is a merge."""
     symbols = products | set(_BYTE_OF)
     merge_set = set(merges)
     for token in products:
@@ -246,7 +246,7 @@ def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], pro
 
 
 def _check_reachable(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> None:
-    """Condition (c): the library's BPE alone (no shortcut) encodes each merge product as itself."""
+    """Condition (b): the library's BPE alone (no shortcut) encodes each merge product as itself."""
     import tokenizers
 
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
@@ -344,7 +344,7 @@ def rank_bpe_plan(backend: Any) -> tuple[RankBpe | None, str]:
     spans, else ``(None, why not)``.
 
     Cheap structural checks run on the live object first.  The rest (the merge table, and the BPE
-    run over the whole vocabulary that proves condition (c), seconds for a large vocabulary) runs
+    run over the whole vocabulary that proves condition (b), seconds for a large vocabulary) runs
     once per tokenizer content per process, and its verdict is remembered across processes in a
     marker file keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
     ``~/.cache/rllm_renderers``).
