@@ -48,6 +48,7 @@ the same pattern text; the differential tests compare both on every corpus token
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -60,7 +61,7 @@ __all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "2"
+PROOF_VERSION = "3"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -291,30 +292,55 @@ def _proof_marker(sha256: str):
     return Path(root) / "rank_bpe_proofs" / f"{PROOF_VERSION}-{sha256}"
 
 
-def _remember(marker, verdict: str) -> None:
+def _remember(marker, verdict: str, plan: RankBpe | None = None) -> None:
+    """Write the verdict (with a proved plan: its regexes and rank table) atomically."""
+    lines = [verdict]
+    if plan is not None:
+        lines.append(json.dumps({"pattern": plan.pattern, "stages": list(plan.stages), "nfc": plan.nfc}))
+        lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in plan.ranks.items()]
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(verdict + "\n", encoding="utf-8")
+        partial = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(partial, marker)
     except OSError:  # a read-only home: decide again next time
         pass
 
 
-def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
-    verdict = None
+def _remembered_plan(lines: list[str]) -> RankBpe | None:
+    """The plan a "proved" marker holds, or None when it holds none (or is damaged)."""
     try:
-        verdict = marker.read_text(encoding="utf-8").strip()
+        header = json.loads(lines[1])
+        ranks = {}
+        for line in lines[2:]:
+            token, rank = line.split(" ")
+            ranks[base64.b64decode(token)] = int(rank)
+        return RankBpe(pattern=header["pattern"], stages=tuple(header["stages"]), nfc=header["nfc"], ranks=ranks)
+    except (IndexError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
+    lines: list[str] = []
+    try:
+        lines = marker.read_text(encoding="utf-8").splitlines()
     except OSError:
         pass
+    verdict = lines[0].strip() if lines else None
     if verdict and verdict.startswith("refused: "):
         return None, verdict[len("refused: ") :]
+    if verdict == "proved":  # proved before for exactly this content: the table is in the marker
+        remembered = _remembered_plan(lines)
+        if remembered is not None:
+            return remembered, ""
     data = json.loads(tokenizer_json)
     try:
         nfc = _normalizer_is_nfc(data.get("normalizer"))
         stages, pattern = _split_stages(data.get("pre_tokenizer"))
         vocab, merges = _check_model(data["model"])
-        products = _check_merges(vocab, merges, bool(data["model"].get("ignore_merges")))
         ignore_merges = bool(data["model"].get("ignore_merges"))
-        if verdict != "proved" and not (ignore_merges and _merges_are_closed(vocab, merges, products)):
+        products = _check_merges(vocab, merges, ignore_merges)
+        if not (ignore_merges and _merges_are_closed(vocab, merges, products)):
             _check_reachable(vocab, merges, products)
     except _NotProvable as exc:
         _remember(marker, f"refused: {exc}")
@@ -327,8 +353,7 @@ def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
         return None, f"tiktoken is not installed ({exc})"
     except ValueError as exc:  # tiktoken could not compile the regex
         return None, f"tiktoken refused the tokenizer: {exc}"
-    if verdict != "proved":
-        _remember(marker, "proved")
+    _remember(marker, "proved", plan)
     return plan, ""
 
 
@@ -345,8 +370,9 @@ def rank_bpe_plan(backend: Any) -> tuple[RankBpe | None, str]:
 
     Cheap structural checks run on the live object first.  The rest (the merge table, and the BPE
     run over the whole vocabulary that proves condition (b), seconds for a large vocabulary) runs
-    once per tokenizer content per process, and its verdict is remembered across processes in a
-    marker file keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
+    once per tokenizer content per process, and its verdict (with the proved rank table, so a
+    later process skips parsing the JSON too) is remembered across processes in a marker file
+    keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
     ``~/.cache/rllm_renderers``).
     """
     try:

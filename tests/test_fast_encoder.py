@@ -266,9 +266,23 @@ def test_gaps_between_split_matches_are_kept():
 def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
     data = _bpe_json(_with(_byte_vocab(), "ab", "xy"), [("a", "b"), ("x", "y")])
-    assert _plan(data)[0] is not None
+    plan = _plan(data)[0]
+    assert plan is not None
     markers = list((tmp_path / "rank_bpe_proofs").iterdir())
-    assert len(markers) == 1 and markers[0].read_text().strip() == "proved"
+    assert len(markers) == 1 and markers[0].read_text().splitlines()[0] == "proved"
+    fast_encoder._PLANS.clear()  # a new process: the plan comes from the marker, not from the JSON
+    monkeypatch.setattr(fast_encoder, "_check_reachable", lambda *args: pytest.fail("proved again"))
+    remembered = _plan(data)[0]
+    assert (remembered.pattern, remembered.stages, remembered.nfc, remembered.ranks) == (
+        plan.pattern, plan.stages, plan.nfc, plan.ranks)  # fmt: skip
+    assert remembered.encode("abxy ab") == plan.encode("abxy ab")
+    monkeypatch.undo()
+    monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
+    markers[0].write_text("proved\n{damaged")  # a damaged marker: proved again, and rewritten
+    fast_encoder._PLANS.clear()
+    assert _plan(data)[0].ranks == plan.ranks
+    assert len(markers[0].read_text().splitlines()) > 250
+
     refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("b", "c"), ("a", "b"), ("ab", "c")])
     reason = _plan(refused)[1]
     assert any(marker.read_text().startswith("refused: ") for marker in (tmp_path / "rank_bpe_proofs").iterdir())
