@@ -1,37 +1,40 @@
-"""Benchmark: generated renderers vs apply_chat_template vs PrimeIntellect's ``renderers`` vs bare encode.
+"""Benchmark: generated renderers vs apply_chat_template, PrimeIntellect's ``renderers``, tml-renderers, bare encode.
 
-One run prints one table.  Per family and conversation size, time per call of
+One run prints one table.  Per family, workload and conversation size, time per call of
 
-* ``gen``    generated ``renderer.render_ids(messages, tools=..., add_generation_prompt=True)``, cold:
-             each call renders a different conversation from the previous one (``--variants`` seeded
-             variants, cycled) and nothing is cached between calls; the renderer instance is reused;
-             also shown with ``TOKENIZERS_PARALLELISM=false`` (``gen 1-thread``) and as CPU time;
+* ``cold``   generated ``renderer.render_ids(messages, tools=..., add_generation_prompt=True)`` with
+             the span cache off: each call renders a different conversation from the previous one
+             (``--variants`` seeded variants, cycled); the renderer instance is reused;
+* ``warm``   the same with the span cache on, over ``--warm-variants`` conversations that share their
+             system prompt and tools (as the rollouts of one run do) and differ in everything else;
 * ``act``    ``tokenizer.apply_chat_template(messages, tools=..., chat_template=<source>,
              add_generation_prompt=True, tokenize=True, return_dict=False)``;
 * ``prime``  PrimeIntellect's ``renderers`` (0.1.12) renderer of the same family, built directly from
              the tokenizer and an explicit config: ``render_ids`` of the same messages;
+* ``tml``    Thinking Machines' ``tml-renderers`` (0.2.1, Rust) renderer of the same family
+             (``render_for_completion`` of the OpenAI messages), on the plain-chat workload (it takes
+             no tools argument);
 * ``encode`` ``tokenizer.encode(rendered_text, add_special_tokens=False)`` of the final text: the
              baseline, ratio 1.0;
 
-plus, for information, generated ``render_text`` and ``render`` (ids with attribution), and the
-bridge: ``bridge_to_next_turn(prompt_ids, completion_ids, [tool message])`` vs the full re-render
-with ``render_ids`` that it replaces.
+plus generated ``render_text`` and ``render`` (ids with attribution), the bridge
+(``bridge_to_next_turn`` vs the full re-render), ``parse_response`` throughput, the import time of
+``rllm_renderers``, the memory of a constructed renderer, and ``benchmarks/bench_bridge.py``'s output.
 
-Before anything is timed, every variant's generated ids are checked against apply_chat_template's
-(assert) and the bridge's result against the full re-render.  Prime's ids are compared too and the
-result is shown (its hand-written renderers do not always reproduce the template).
+Workloads: ``agentic`` (system + task, assistant turns with reasoning and tool calls, tool results,
+three tools) and ``chat`` (system + plain user/assistant text turns).  Before anything is timed,
+every variant's generated ids (cold and warm) are checked against apply_chat_template's (assert), warm
+against cold on every warm conversation, and the bridge's result against the full re-render.  Prime's
+and tml's ids are compared too and the result is shown (hand-written renderers do not always
+reproduce the template).
 
 Timing: time.perf_counter; per backend a warm-up, then ``--samples`` samples of ``n`` calls
 (``n`` chosen so one sample takes about ``--sample-ms``), backends interleaved round-robin within
 each sample round so machine noise hits all of them alike; garbage collection is off inside a
 sample (as in timeit).  Reported: median (and min) ms per call; ratios are of medians.
 
-``--profile auto|all|none`` adds, for the cases that miss the 0.8x target (auto) or all cases, a
-breakdown of generated ``render_ids`` into its stages (input normalisation, the translated template,
-joining the text, the added-token split, the tokenizer call, splicing the ids) measured the same way,
-plus the top functions of a cProfile run.  Results and findings: benchmarks/README.md.
-
 Run from the project root:  .venv/bin/python benchmarks/bench_render.py [--corpus ../shared/corpus]
+(needs the ``bench`` extra: ``pip install -e ".[bench]"``).
 """
 
 from __future__ import annotations
@@ -40,16 +43,14 @@ import argparse
 import atexit
 import base64
 import copy
-import cProfile
 import gc
 import hashlib
-import io
 import json
 import os
-import pstats
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +62,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-TARGET_RATIO = 0.8  # the project's target: cold render_ids <= 0.8x bare encode
+TARGET_RATIO = 0.3  # the project's target: cold render_ids <= 0.3x bare encode
+WARM_TARGET = 0.15  # warm render_ids (shared system prompt + tools cached) <= 0.15x bare encode
 
 # ----------------------------------------------------------------------------- families
 
@@ -80,6 +82,7 @@ class Family:
     openai_tool_calls: bool  # tool calls as OpenAI tool_calls (False: described in content)
     call_turn_content: str  # "text": short text beside the call, "none": content None
     notes: str = ""
+    tml_class: str | None = None  # tml_renderers.renderers class, where tml-renderers covers the family
 
 
 FAMILIES = [
@@ -95,6 +98,21 @@ FAMILIES = [
         openai_tool_calls=True,
         call_turn_content="text",
         notes="full shape: reasoning + up to 2 parallel tool calls per turn",
+        tml_class="Qwen3",
+    ),
+    Family(
+        "qwen3.5",
+        "qwen3_5",
+        "Qwen35Renderer",
+        "qwen35",
+        "Qwen__Qwen3.5-4B.jinja",
+        "Qwen35Renderer",
+        reasoning=True,
+        max_calls=2,
+        openai_tool_calls=True,
+        call_turn_content="text",
+        notes="as qwen3",
+        tml_class="Qwen35",
     ),
     Family(
         "llama3.1",
@@ -125,6 +143,7 @@ FAMILIES = [
             "tool-call branch never fires; with text content it ignores tool_calls): assistant turns "
             "are text that describes the call, followed by tool results"
         ),
+        tml_class="DeepSeekV3",
     ),
     Family(
         "gpt-oss",
@@ -142,6 +161,7 @@ FAMILIES = [
             "one call per turn, reasoning as reasoning_content (transformers also hands it to the template as "
             "'thinking'), content None on tool-call turns"
         ),
+        tml_class="GptOss",
     ),
 ]
 
@@ -499,20 +519,41 @@ def measure(
 @dataclass
 class Case:
     family: Family
+    workload: str  # "agentic" (tools, tool calls, reasoning) or "chat" (plain text turns, no tools)
     size: str
-    variants: list[list[dict]]
+    tools: list[dict] | None
+    variants: list[list[dict]]  # cold: cycled; each checked against apply_chat_template
+    warm_variants: list[list[dict]]  # warm: more conversations sharing the system prompt (and tools)
     texts: list[str]
     ids: list[list[int]]
     prime_match: str
+    tml_match: str
     message_chars: float
     bridge_inputs: list[tuple[list[int], list[int], list[dict]]]
     bridge_ok: str
 
 
-def completion_for(renderer, history: list[dict], assistant: dict) -> tuple[list[int], list[int]]:
+def build_chat(family: Family, size: str, variant: int) -> list[dict]:
+    """A plain chat of about ``SIZES[size]`` characters: one system prompt shared by all variants, then
+    user / assistant text turns, ending with a user turn (what tml-renderers' OpenAI messages cover)."""
+    rng = random.Random(f"chat/{family.name}/{size}/{variant}")
+    system_rng = random.Random(f"chat/{family.name}/{size}/system")
+    messages = [{"role": "system", "content": "You are a helpful assistant. " + _paragraph(system_rng, 500)}]
+    while message_text_chars(messages) < SIZES[size]:
+        messages.append({"role": "user", "content": f"[{variant:04d}] " + _paragraph(rng, rng.randint(80, 600))})
+        messages.append({"role": "assistant", "content": _paragraph(rng, rng.randint(150, 1500))})
+    messages.append({"role": "user", "content": _paragraph(rng, 200)})
+    return messages
+
+
+def build_workload(family: Family, workload: str, size: str, variant: int) -> list[dict]:
+    return (build_conversation if workload == "agentic" else build_chat)(family, size, variant)
+
+
+def completion_for(renderer, history: list[dict], assistant: dict, tools) -> tuple[list[int], list[int]]:
     """(prompt ids, sampled completion ids) for ``assistant`` answering ``history``, as a model would emit them."""
-    prompt_text = renderer.render_text(history, tools=TOOLS, add_generation_prompt=True)
-    full_text = renderer.render_text(history + [assistant], tools=TOOLS)
+    prompt_text = renderer.render_text(history, tools=tools, add_generation_prompt=True)
+    full_text = renderer.render_text(history + [assistant], tools=tools)
     assert full_text.startswith(prompt_text), "template rewrites the prompt when the turn is appended"
     completion = renderer.encoder.encode(full_text[len(prompt_text) :])
     stops = set(renderer.get_stop_token_ids())
@@ -520,160 +561,167 @@ def completion_for(renderer, history: list[dict], assistant: dict) -> tuple[list
     return renderer.encoder.encode(prompt_text), completion[:cut]
 
 
-def prepare_case(family: Family, size: str, tokenizer, template: str, gen, prime, n_variants: int) -> Case:
-    variants = [build_conversation(family, size, v) for v in range(n_variants)]
+def tml_render_ids(tml, messages: list[dict]) -> list[int]:
+    """tml-renderers: OpenAI dicts -> its messages -> render_for_completion -> the ids of its spans."""
+    from tml_renderers import chat
+
+    spans, _ = tml.render_for_completion(chat.OpenAIMessage.from_oss_messages(messages))
+    ids: list[int] = []
+    for span in spans:
+        ids += span.span.tokens
+    return ids
+
+
+def _first_difference(got: list[int], want: list[int]) -> str:
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return f"{len(got) - len(want):+d} tok, 1st diff @{first}"
+
+
+def prepare_case(
+    family: Family, workload: str, size: str, tokenizer, template: str, gen, cold, prime, tml, args
+) -> Case:
+    tools = TOOLS if workload == "agentic" else None
+    variants = [build_workload(family, workload, size, v) for v in range(args.variants)]
+    warm_variants = [build_workload(family, workload, size, v) for v in range(1000, 1000 + args.warm_variants)]
     texts, ids, bridge_inputs = [], [], []
-    prime_mismatch = 0
-    prime_note = ""
-    bridge_none = 0
+    prime_note = tml_note = ""
+    prime_mismatch = tml_mismatch = bridge_none = 0
     for messages in variants:
         snapshot = copy.deepcopy(messages)
         expected = tokenizer.apply_chat_template(
-            messages, tools=TOOLS, chat_template=template, add_generation_prompt=True, tokenize=True, return_dict=False
+            messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        got = gen.render_ids(messages, tools=TOOLS, add_generation_prompt=True)
-        assert got == expected, f"{family.name}/{size}: generated render_ids differ from apply_chat_template"
-        text = gen.render_text(messages, tools=TOOLS, add_generation_prompt=True)
+        name = f"{family.name}/{workload}/{size}"
+        assert gen.render_ids(messages, tools=tools, add_generation_prompt=True) == expected, f"{name}: warm != template"
+        assert cold.render_ids(messages, tools=tools, add_generation_prompt=True) == expected, f"{name}: cold != template"
+        text = gen.render_text(messages, tools=tools, add_generation_prompt=True)
         assert tokenizer.encode(text, add_special_tokens=False) == expected, "render_text + encode != template ids"
-        assert gen.render(messages, tools=TOOLS, add_generation_prompt=True).token_ids == expected
-        try:
-            prime_ids = prime.render_ids(messages, tools=TOOLS, add_generation_prompt=True)
-        except Exception as exc:  # noqa: BLE001 - reported, not fatal
-            raise AssertionError(f"{family.name}/{size}: prime renderer rejected the workload: {exc!r}") from exc
-        if prime_ids != expected:
-            prime_mismatch += 1
-            first = next(
-                (i for i, (a, b) in enumerate(zip(prime_ids, expected)) if a != b), min(len(prime_ids), len(expected))
-            )
-            prime_note = f"{len(prime_ids) - len(expected):+d} tok, 1st diff @{first}"
+        assert gen.render(messages, tools=tools, add_generation_prompt=True).token_ids == expected
+        if prime is not None:
+            prime_ids = prime.render_ids(messages, tools=tools, add_generation_prompt=True)
+            if prime_ids != expected:
+                prime_mismatch += 1
+                prime_note = _first_difference(prime_ids, expected)
+        if tml is not None:
+            tml_ids = tml_render_ids(tml, messages)
+            if tml_ids != expected:
+                tml_mismatch += 1
+                tml_note = _first_difference(tml_ids, expected)
         assert messages == snapshot, "a backend mutated the messages"
-        # The bridge: the last assistant turn was sampled, its one tool result arrives.
-        assert messages[-1]["role"] == "tool" and messages[-2]["role"] == "assistant"
-        prompt_ids, completion_ids = completion_for(gen, messages[:-2], messages[-2])
-        bridged = gen.bridge_to_next_turn(prompt_ids, completion_ids, [messages[-1]], tools=TOOLS)
+        # The bridge: the last assistant turn was sampled, the message after it arrives.
+        assert messages[-2]["role"] == "assistant"
+        prompt_ids, completion_ids = completion_for(gen, messages[:-2], messages[-2], tools)
+        bridged = gen.bridge_to_next_turn(prompt_ids, completion_ids, [messages[-1]], tools=tools)
         if bridged is None:
             bridge_none += 1
         else:
-            assert bridged.token_ids == expected, f"{family.name}/{size}: bridge differs from the full re-render"
+            assert bridged.token_ids == expected, f"{name}: bridge differs from the full re-render"
         texts.append(text)
         ids.append(expected)
         bridge_inputs.append((prompt_ids, completion_ids, [messages[-1]]))
-    prime_match = "yes" if not prime_mismatch else f"no ({prime_mismatch}/{n_variants}; {prime_note})"
-    bridge_ok = "= full" if not bridge_none else f"None {bridge_none}/{n_variants}"
-    message_chars = statistics.mean(message_text_chars(m) for m in variants)
-    return Case(family, size, variants, texts, ids, prime_match, message_chars, bridge_inputs, bridge_ok)
+    for messages in warm_variants:  # warm == cold on every conversation the warm column renders
+        warm_ids = gen.render_ids(messages, tools=tools, add_generation_prompt=True)
+        assert warm_ids == cold.render_ids(messages, tools=tools, add_generation_prompt=True)
+    n = args.variants
+    return Case(
+        family,
+        workload,
+        size,
+        tools,
+        variants,
+        warm_variants,
+        texts,
+        ids,
+        "n/a" if prime is None else "yes" if not prime_mismatch else f"no ({prime_mismatch}/{n}; {prime_note})",
+        "n/a" if tml is None else "yes" if not tml_mismatch else f"no ({tml_mismatch}/{n}; {tml_note})",
+        statistics.mean(message_text_chars(m) for m in variants),
+        bridge_inputs,
+        "= full" if not bridge_none else f"None {bridge_none}/{n}",
+    )
 
 
-def run_case(case: Case, tokenizer, template: str, gen, prime, samples: int, sample_s: float) -> dict[str, Timing]:
-    v, texts, bridge_inputs = case.variants, case.texts, case.bridge_inputs
+def run_case(case: Case, tokenizer, template: str, gen, cold, prime, tml, samples: int, sample_s: float):
+    v, w, tools, texts, bridge_inputs = case.variants, case.warm_variants, case.tools, case.texts, case.bridge_inputs
     backends: dict[str, Callable[[int], Any]] = {
-        "gen": lambda i: gen.render_ids(v[i], tools=TOOLS, add_generation_prompt=True),
-        "gen" + SINGLE_THREAD_SUFFIX: lambda i: gen.render_ids(v[i], tools=TOOLS, add_generation_prompt=True),
+        "cold": lambda i: cold.render_ids(v[i], tools=tools, add_generation_prompt=True),
+        # len(w) conversations cycled through an LRU smaller than their spans: only the shared
+        # system prompt (and tools) block stays cached, as in a run of rollouts.
+        "warm": lambda i: gen.render_ids(w[i * 5 % len(w)], tools=tools, add_generation_prompt=True),
         "act": lambda i: tokenizer.apply_chat_template(
-            v[i], tools=TOOLS, chat_template=template, add_generation_prompt=True, tokenize=True, return_dict=False
+            v[i], tools=tools, chat_template=template, add_generation_prompt=True, tokenize=True, return_dict=False
         ),
-        "prime": lambda i: prime.render_ids(v[i], tools=TOOLS, add_generation_prompt=True),
         "encode": lambda i: tokenizer.encode(texts[i], add_special_tokens=False),
-        "text": lambda i: gen.render_text(v[i], tools=TOOLS, add_generation_prompt=True),
-        "render": lambda i: gen.render(v[i], tools=TOOLS, add_generation_prompt=True),
-        "bridge": lambda i: gen.bridge_to_next_turn(*bridge_inputs[i], tools=TOOLS),
+        "text": lambda i: gen.render_text(v[i], tools=tools, add_generation_prompt=True),
+        "render": lambda i: gen.render(v[i], tools=tools, add_generation_prompt=True),
+        "bridge": lambda i: gen.bridge_to_next_turn(*bridge_inputs[i], tools=tools),
     }
+    if prime is not None:
+        backends["prime"] = lambda i: prime.render_ids(v[i], tools=tools, add_generation_prompt=True)
+    if tml is not None:
+        backends["tml"] = lambda i: tml_render_ids(tml, v[i])
     return measure(backends, len(v), samples, sample_s)
 
 
-# ----------------------------------------------------------------------------- profile
+def parse_throughput(case: Case, gen, samples: int, sample_s: float) -> float:
+    """Tokens per second of ``parse_response`` on the sampled assistant turns of the case."""
+    completions = [completion for _, completion, _ in case.bridge_inputs]
+    timing = measure(
+        {"parse": lambda i: gen.parse_response(completions[i], tools=case.tools)}, len(completions), samples, sample_s
+    )["parse"]
+    return statistics.mean(len(c) for c in completions) / (timing.median_ms / 1e3)
 
 
-def profile_case(case: Case, gen, samples: int, sample_s: float) -> tuple[dict[str, Timing], str, int]:
-    """Stage breakdown of generated render_ids, timed like the backends, plus a cProfile listing."""
-    from rllm_renderers.output import RenderOutput
-    from rllm_renderers.template_runtime import template_data
+# ----------------------------------------------------------------------------- process-level figures
 
-    v = case.variants
-    encoder = gen.encoder
-    inputs = [gen.template_inputs(m, TOOLS) for m in v]
-    outputs = []
-    for tm, tt in inputs:
-        out = RenderOutput(tm)
-        gen.render_template(out, tm, tt, None, True)
-        outputs.append(out)
-    texts = case.texts
-    splits = [encoder._split(t) for t in texts]
-    spans = [[t[s:e] for s, e, id_ in pieces if id_ is None] for t, pieces in zip(texts, splits)]
 
-    # render_ids with the one tokenizer call replaced by its precomputed result: everything else
-    # (normalisation, template, join, added-token split, span slicing, splicing the ids) is Python.
-    encodings = [encoder._encode_batch(span_list, False) for span_list in spans]
-    joined = ["".join(span_list) for span_list in spans]
-    current = [0]
+def import_time_ms(runs: int = 9) -> tuple[float, float]:
+    """Median and min wall time of ``import rllm_renderers`` in a fresh interpreter."""
+    code = "import time; t = time.perf_counter(); import rllm_renderers; print(time.perf_counter() - t)"
+    times = [
+        float(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout)
+        for _ in range(runs)
+    ]
+    return statistics.median(times) * 1e3, min(times) * 1e3
 
-    def stubbed(i):
-        current[0] = i
-        return gen.render_ids(v[i], tools=TOOLS, add_generation_prompt=True)
 
-    def splice(i):  # what TextEncoder._encode does with the backend's result
-        ids: list[int] = []
-        results = iter(encodings[i])
-        for _, _, id_ in splits[i]:
-            if id_ is not None:
-                ids.append(id_)
-            else:
-                ids += next(results).ids
-        return ids
+_MEMORY_PROBE = """
+import importlib, json, sys, time, tracemalloc
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+from rllm_renderers.loading import load_tokenizer
+tokenizer = load_tokenizer(sys.argv[1])
+before = rss()
+tracemalloc.start()
+start = time.perf_counter()
+cls = getattr(importlib.import_module("generated." + sys.argv[2]), sys.argv[3])
+renderer = cls(tokenizer)
+renderer.render_ids([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
+elapsed = time.perf_counter() - start
+python_mb = tracemalloc.get_traced_memory()[0] / 2**20
+print(json.dumps({"rss_mb": rss() - before, "python_mb": python_mb, "first_render_s": elapsed,
+                  "backend": renderer.encoder.backend}))
+"""
 
-    def template_only(i):
-        tm, tt = inputs[i]
-        out = RenderOutput(tm)
-        gen.render_template(out, tm, tt, None, True)
 
-    stages: dict[str, Callable[[int], Any]] = {
-        "render_ids": lambda i: gen.render_ids(v[i], tools=TOOLS, add_generation_prompt=True),
-        "1 template_inputs": lambda i: gen.template_inputs(v[i], TOOLS),
-        "1a  of which template_data(tools)": lambda i: template_data(TOOLS),
-        "2 render_template": template_only,
-        "3 RenderOutput.text": lambda i: outputs[i].text(),
-        "4 encoder.encode": lambda i: encoder.encode(texts[i]),
-        "4a _split (added tokens)": lambda i: encoder._split(texts[i]),
-        "4b backend encode_batch": lambda i: encoder._encode_batch(spans[i], False),
-        "4b backend encode_batch" + SINGLE_THREAD_SUFFIX: lambda i: encoder._encode_batch(spans[i], False),
-        "4c splice ids (Encoding.ids)": splice,
-        "spans joined, one text"
-        + SINGLE_THREAD_SUFFIX: lambda i: encoder._span_tokenizer.encode_batch_fast(
-            [joined[i]], add_special_tokens=False
-        ),
-        "backend, whole text, no offsets": lambda i: encoder._backend.encode_batch_fast(
-            [texts[i]], add_special_tokens=False
-        ),
-        "bare encode": lambda i: gen.tokenizer.encode(texts[i], add_special_tokens=False),
-        "backend.encode (no HF wrapper)": lambda i: encoder._backend.encode(texts[i], add_special_tokens=False),
-    }
-    timings = measure(stages, len(v), samples, sample_s)
-    encoder._encode_batch = lambda texts, with_offsets: encodings[current[0]]  # instance attribute shadows the method
-    try:
-        assert stubbed(1) == case.ids[1]
-        timings.update(measure({"render_ids, tokenizer call stubbed": stubbed}, len(v), samples, sample_s))
-    finally:
-        del encoder._encode_batch
-
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(20):
-        for messages in v:
-            gen.render_ids(messages, tools=TOOLS, add_generation_prompt=True)
-    profiler.disable()
-    buffer = io.StringIO()
-    stats = pstats.Stats(profiler, stream=buffer)
-    stats.sort_stats("tottime").print_stats(8)
-    listing = "\n".join(line for line in buffer.getvalue().splitlines() if line.strip())
-    # Tokens of the part every conversation of a rollout shares: the system message and the tools.
-    shared = len(encoder.encode(os.path.commonprefix(case.texts))) if len(case.texts) > 1 else 0
-    return timings, listing, shared
+def renderer_memory(family: Family, corpus: Path) -> dict:
+    """RSS and Python-heap growth of constructing a renderer and rendering once (the encoder, its
+    rank table and private backend copy included), in a fresh process after the tokenizer is loaded."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, str(corpus / "tokenizers" / family.tokenizer), family.module, family.class_name],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # ----------------------------------------------------------------------------- main
 
 
-def fmt(t: Timing, width: int = 17) -> str:
+def fmt(t: Timing, width: int = 15) -> str:
     return f"{t.median_ms:.3f} ({t.min_ms:.3f})".rjust(width)
 
 
@@ -681,112 +729,146 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
     parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
+    parser.add_argument("--workloads", default="agentic,chat")
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--variants", type=int, default=8, help="distinct conversations per case, cycled (cold)")
-    parser.add_argument("--samples", type=int, default=15, help="timed samples per backend and case")
-    parser.add_argument("--sample-ms", type=float, default=30.0, help="target duration of one sample")
-    parser.add_argument(
-        "--profile",
-        choices=("auto", "all", "none"),
-        default="auto",
-        help="stage breakdown + cProfile of generated render_ids: for cases that miss the target (auto), all, none",
-    )
+    parser.add_argument("--warm-variants", type=int, default=48, help="conversations cycled by the warm column")
+    parser.add_argument("--samples", type=int, default=11, help="timed samples per backend and case")
+    parser.add_argument("--sample-ms", type=float, default=25.0, help="target duration of one sample")
+    parser.add_argument("--no-bridge-bench", action="store_true", help="skip benchmarks/bench_bridge.py")
     args = parser.parse_args(argv)
 
     import renderers
     import tokenizers
     import transformers
 
+    from rllm_renderers.tokenization import TextEncoder
+
+    try:
+        import tml_renderers
+        from tml_renderers import renderers as tml_classes
+    except ImportError:  # the 'bench' extra is not installed: no tml column
+        tml_renderers = tml_classes = None
+
     corpus = args.corpus.resolve()
-    wanted = args.families.split(",")
-    families = [f for f in FAMILIES if f.name in wanted]
-    sizes = args.sizes.split(",")
+    families = [f for f in FAMILIES if f.name in args.families.split(",")]
+    sizes, workloads = args.sizes.split(","), args.workloads.split(",")
     sample_s = args.sample_ms / 1e3
     print(
         f"python {sys.version.split()[0]}, transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, "
-        f"renderers {renderers.__version__}, cpus {os.cpu_count()}, corpus {corpus}"
+        f"renderers {renderers.__version__}, tml-renderers "
+        f"{getattr(tml_renderers, '__version__', None) or _dist_version('tml-renderers')}, "
+        f"tiktoken {_dist_version('tiktoken')}, cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}, corpus {corpus}"
     )
     print(
-        f"{args.variants} variants per case (cold: cycled), {args.samples} samples x ~{args.sample_ms:.0f} ms per backend; "
-        "ms per call as median (min); ratios = median / median of bare encode\n"
+        f"cold: {args.variants} variants cycled, span cache off; warm: {args.warm_variants} variants cycled, "
+        f"span cache on; {args.samples} samples x ~{args.sample_ms:.0f} ms per backend; ms per call as median "
+        "(min); ratios = median / median of bare encode\n"
     )
 
-    rows, profiles, notes = [], [], []
+    rows, notes, parse_rows, memory = [], [], [], {}
     for family in families:
         tokenizer, template, gen = load_family(family, corpus)
+        cold = copy.copy(gen)  # same class and knobs, its own encoder without the span cache
+        cold._encoder = TextEncoder(tokenizer, span_cache_size=0)
+        gen.encoder._cache.size = 64  # smaller than the spans of the warm conversations (see run_case)
         prime = prime_renderer(family, tokenizer)
-        notes.append(f"{family.name}: {family.notes}")
-        for size in sizes:
-            case = prepare_case(family, size, tokenizer, template, gen, prime, args.variants)
-            timings = run_case(case, tokenizer, template, gen, prime, args.samples, sample_s)
-            chars = statistics.mean(len(t) for t in case.texts)
-            tokens = statistics.mean(len(i) for i in case.ids)
-            rows.append((case, chars, tokens, timings))
-            print(
-                f"  measured {family.name:8} {size:6} ({chars / 1e3:.1f} KB rendered, {tokens:.0f} tokens)",
-                file=sys.stderr,
-            )
-            ratio = timings["gen"].median_ms / timings["encode"].median_ms
-            if args.profile == "all" or (args.profile == "auto" and ratio > TARGET_RATIO):
-                profiles.append((case, ratio, *profile_case(case, gen, args.samples, sample_s)))
+        tml = getattr(tml_classes, family.tml_class)() if tml_classes and family.tml_class else None
+        notes.append(f"{family.name} (encoder backend: {gen.encoder.backend}): {family.notes}")
+        for workload in workloads:
+            for size in sizes:
+                tml_here = tml if workload == "chat" else None  # tml-renderers takes no tools argument
+                case = prepare_case(family, workload, size, tokenizer, template, gen, cold, prime, tml_here, args)
+                timings = run_case(case, tokenizer, template, gen, cold, prime, tml_here, args.samples, sample_s)
+                chars = statistics.mean(len(t) for t in case.texts)
+                tokens = statistics.mean(len(i) for i in case.ids)
+                rows.append((case, chars, tokens, timings))
+                if workload == "agentic":
+                    parse_rows.append((case, parse_throughput(case, gen, args.samples, sample_s)))
+                print(f"  measured {family.name:8} {workload:7} {size:6} ({tokens:.0f} tokens)", file=sys.stderr)
+        memory[family.name] = renderer_memory(family, corpus)
 
     header = (
-        f"{'family':8} {'size':6} {'msgKB':>5} {'KB':>5} {'tok':>6} | {'gen render_ids ms':>17} {'x enc':>5} | "
-        f"{'gen 1-thread ms':>15} {'x enc':>5} | {'cpu x':>5} | {'apply_chat_tmpl ms':>18} {'x enc':>5} | "
-        f"{'prime ms':>17} {'x enc':>5} {'=tmpl':>5} | {'bare encode ms':>17} | {'text ms':>7} {'render ms':>9} | "
-        f"{'bridge ms':>9} {'x full':>6}"
+        f"{'family':8} {'work':7} {'size':6} {'tok':>6} | {'cold ms':>15} {'x enc':>5} {'min x':>5} | "
+        f"{'warm ms':>15} {'x enc':>5} {'min x':>5} | "
+        f"{'apply_chat_tmpl':>15} {'x enc':>5} | {'prime ms':>15} {'x enc':>5} {'=tmpl':>5} | "
+        f"{'tml ms':>15} {'x enc':>5} {'=tmpl':>5} {'tml/cold':>8} {'min':>5} | {'bare encode ms':>15} | "
+        f"{'text ms':>7} {'render ms':>9} | {'bridge ms':>9} {'x cold':>6}"
     )
     print(header)
     print("-" * len(header))
     for case, chars, tokens, t in rows:
         enc = t["encode"].median_ms
-        single = t["gen" + SINGLE_THREAD_SUFFIX]
-        bridge = f"{t['bridge'].median_ms / t['gen'].median_ms:6.2f}" if case.bridge_ok == "= full" else "  None"
+        cold_ms = t["cold"].median_ms
+
+        def column(name: str, match: str) -> str:
+            if name not in t:
+                return f"{'-':>15} {'-':>5} {'-':>5}"
+            return f"{fmt(t[name])} {t[name].median_ms / enc:5.2f} {('yes' if match == 'yes' else 'NO'):>5}"
+
+        enc_min = t["encode"].min_ms
+        tml_speed = (
+            f"{t['tml'].median_ms / cold_ms:8.2f} {t['tml'].min_ms / t['cold'].min_ms:5.2f}"
+            if "tml" in t
+            else f"{'-':>8} {'-':>5}"
+        )
+        bridge = f"{t['bridge'].median_ms / cold_ms:6.2f}" if case.bridge_ok == "= full" else "  None"
         print(
-            f"{case.family.name:8} {case.size:6} {case.message_chars / 1e3:5.1f} {chars / 1e3:5.1f} {tokens:6.0f} | "
-            f"{fmt(t['gen']):>17} {t['gen'].median_ms / enc:5.2f} | "
-            f"{fmt(single, 15)} {single.median_ms / enc:5.2f} | {t['gen'].cpu_ms / t['encode'].cpu_ms:5.2f} | "
-            f"{fmt(t['act']):>18} {t['act'].median_ms / enc:5.2f} | "
-            f"{fmt(t['prime']):>17} {t['prime'].median_ms / enc:5.2f} {'yes' if case.prime_match == 'yes' else 'NO':>5} | "
-            f"{fmt(t['encode']):>17} | {t['text'].median_ms:7.3f} {t['render'].median_ms:9.3f} | "
-            f"{t['bridge'].median_ms:9.3f} {bridge}"
+            f"{case.family.name:8} {case.workload:7} {case.size:6} {tokens:6.0f} | "
+            f"{fmt(t['cold'])} {cold_ms / enc:5.2f} {t['cold'].min_ms / enc_min:5.2f} | "
+            f"{fmt(t['warm'])} {t['warm'].median_ms / enc:5.2f} {t['warm'].min_ms / enc_min:5.2f} | "
+            f"{fmt(t['act'])} {t['act'].median_ms / enc:5.2f} | {column('prime', case.prime_match)} | "
+            f"{column('tml', case.tml_match)} {tml_speed} | {fmt(t['encode'])} | "
+            f"{t['text'].median_ms:7.3f} {t['render'].median_ms:9.3f} | {t['bridge'].median_ms:9.3f} {bridge}"
         )
     print()
     print(
-        f"msgKB: message text (contents, reasoning, tool arguments); KB/tok: the rendered prompt. "
-        f"x enc: median / median of bare encode (target for gen: <= {TARGET_RATIO}).\n"
-        "gen 1-thread: the same render_ids with TOKENIZERS_PARALLELISM=false (encode_batch on one thread); "
-        "cpu x: process CPU time of gen / of bare encode (both threads counted).\n"
-        "=tmpl: prime's ids equal apply_chat_template's for every variant. "
-        "x full: bridge_to_next_turn / full render_ids of the same conversation (None: the bridge declines)."
+        f"x enc: median / median of bare encode (targets: cold <= {TARGET_RATIO}, warm <= {WARM_TARGET}). "
+        "min x: the same ratio of the minimum samples (less sensitive to other processes' load). "
+        "tml/cold: tml-renderers time / cold render_ids time (> 1: the generated renderer is faster), medians "
+        "and mins.\n"
+        "=tmpl: the backend's ids equal apply_chat_template's for every variant. "
+        "x cold: bridge_to_next_turn / cold render_ids of the same conversation (None: the bridge declines)."
     )
     for case, chars, tokens, t in rows:
-        if case.prime_match != "yes":
-            print(f"prime != template for {case.family.name}/{case.size}: {case.prime_match}")
+        label = f"{case.family.name}/{case.workload}/{case.size}"
+        for what, match in (("prime", case.prime_match), ("tml-renderers", case.tml_match)):
+            if match not in ("yes", "n/a"):
+                print(f"{what} != template for {label}: {match}")
         if case.bridge_ok != "= full":
-            print(f"bridge returned None (caller re-renders) for {case.family.name}/{case.size}: {case.bridge_ok}")
-    print("workload adaptations:")
+            print(f"bridge returned None (caller re-renders) for {label}: {case.bridge_ok}")
+    print("workload adaptations (agentic):")
     for note in notes:
         print(f"  {note}")
 
-    for case, ratio, timings, listing, shared in profiles:
-        total = timings["render_ids"].median_ms
-        python = timings["render_ids, tokenizer call stubbed"].median_ms
+    print("\nparse_response throughput (agentic completions: reasoning + tool calls):")
+    for case, rate in parse_rows:
+        tokens = statistics.mean(len(c) for _, c, _ in case.bridge_inputs)
+        print(f"  {case.family.name:8} {case.size:6} {tokens:6.0f} tokens/completion  {rate / 1e6:6.2f} M tokens/s")
+    median_ms, min_ms = import_time_ms()
+    print(f"\nimport rllm_renderers (fresh interpreter, 9 runs): median {median_ms:.1f} ms, min {min_ms:.1f} ms")
+    print("renderer construction + first render_ids, fresh process after the tokenizer is loaded:")
+    for name, figures in memory.items():
         print(
-            f"\nprofile {case.family.name}/{case.size} (table: {ratio:.2f}x encode): generated render_ids = "
-            f"{total:.3f} ms (median), bare encode = {timings['bare encode'].median_ms:.3f} ms; "
-            f"Python side (all but the tokenizer call) = {python:.3f} ms ({python / total * 100:.0f}%)"
+            f"  {name:8} RSS +{figures['rss_mb']:.1f} MB, Python heap {figures['python_mb']:.1f} MB, "
+            f"{figures['first_render_s']:.2f} s, encoder backend {figures['backend']}"
         )
-        for name, timing in timings.items():
-            if name == "render_ids":
-                continue
-            print(f"  {name:34} {fmt(timing, 20)} ms  {timing.median_ms / total * 100:5.1f}% of render_ids")
-        if shared:
-            print(f"  common prefix of all variants (system prompt + tools): ~{shared} of {len(case.ids[0])} tokens")
-        print("  cProfile (20 x variants renders, by tottime; cProfile inflates Python-level costs):")
-        for line in listing.splitlines()[3:]:
-            print("    " + line)
+
+    bridge_bench = REPO / "benchmarks" / "bench_bridge.py"
+    if not args.no_bridge_bench and bridge_bench.exists():  # the bridge's own benchmark (episodes), same run
+        print("\nbenchmarks/bench_bridge.py:")
+        sys.stdout.flush()
+        subprocess.run([sys.executable, str(bridge_bench), "--corpus", str(corpus)], cwd=REPO, check=True)
     return 0
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ handling, token ids with per-token message attribution.
 
 from __future__ import annotations
 
+import bisect
 import json
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
@@ -74,7 +75,14 @@ class GeneratedRenderer(ABC):
     DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
 
     def __init__(
-        self, tokenizer: Any = None, config: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any
+        self,
+        tokenizer: Any = None,
+        config: Any = None,
+        /,
+        *,
+        thinking_retention: str | None = None,
+        control_token_safe: bool | Iterable[str] = False,
+        **knobs: Any,
     ) -> None:
         #: Built the way prime-rl builds a custom renderer: results are ``renderers``' own types.
         self.prime_results = config is not None
@@ -91,6 +99,7 @@ class GeneratedRenderer(ABC):
         if retention not in RETENTION_POLICIES:
             raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
         self.thinking_retention = retention
+        self.plain_content_roles = _plain_content_roles(control_token_safe)
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
         self.knobs = {
@@ -294,10 +303,18 @@ class GeneratedRenderer(ABC):
     def render_ids(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> list[int]:
-        """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``."""
+        """Token ids, identical to ``tokenizer.apply_chat_template(..., tokenize=True)``.
+
+        Unless built with ``control_token_safe``: then the content of messages of those roles is
+        encoded as plain text (see :func:`_plain_content_roles`).
+        """
         template_messages, template_tools = self._template_history(messages, tools)
-        text = self._run_template(template_messages, template_tools, add_generation_prompt).text()
-        ids = self.encoder.encode(text)
+        out = self._run_template(template_messages, template_tools, add_generation_prompt)
+        text = out.text()
+        if self.plain_content_roles:
+            ids = self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
+        else:
+            ids = self.encoder.encode(text)
         if add_generation_prompt:  # a prompt the bridge may be asked to go on from
             self.prompt_histories.remember(ids, History(list(template_messages), template_tools, text))
         return ids
@@ -308,8 +325,9 @@ class GeneratedRenderer(ABC):
         """Token ids with attribution: each token's message (-1: scaffolding) and whether the model samples it."""
         out = self._render_output(messages, tools, add_generation_prompt)
         text = out.text()
-        token_ids, offsets = self.encoder.encode_with_offsets(text)
         spans = out.message_spans()
+        plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
+        token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
         message_indices = []
@@ -358,6 +376,30 @@ class GeneratedRenderer(ABC):
                 header -= 1
             close_end = end - len(self.TURN.after_close) if body.endswith(self.TURN.after_close) else end
             ranges.append((start + header, close_end))
+        return ranges
+
+    def _plain_ranges(
+        self, out: RenderOutput, text: str, messages: list[Message], spans: list[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int]]:
+        """Character ranges of the content of messages whose role is in ``plain_content_roles``,
+        from the translator's content marks (``out.content_ranges()``)."""
+        spans = out.message_spans() if spans is None else spans
+        message_ranges = self._message_ranges(text, spans)
+        roles = self.plain_content_roles
+        chosen = {index for index, message in enumerate(messages) if message.get("role") in roles}
+        # A message the template renders outside its message loop (a system prompt taken from
+        # messages[0]) has no span of its own: its content is recognised by its text.
+        unmarked = {
+            messages[index]["content"]
+            for index in chosen
+            if index not in message_ranges and isinstance(messages[index].get("content"), str)
+        }
+        starts = [start for start, _ in spans]
+        ranges = []
+        for low, high in out.content_ranges():
+            index = spans[bisect.bisect_right(starts, low) - 1][1]
+            if (index >= 0 and index in chosen) or (index < 0 and text[low:high] in unmarked):
+                ranges.append((low, high))
         return ranges
 
     # --- facts used by the parser and the bridge --------------------------------------
@@ -473,6 +515,24 @@ def rendering_position(out: RenderOutput, messages: list[Message]) -> str:
     if index < 0:
         return "the text outside the message loop"
     return f"message {index} (role {messages[index].get('role')!r})"
+
+
+def _plain_content_roles(control_token_safe: bool | Iterable[str]) -> frozenset[str]:
+    """The roles whose message content a renderer encodes as plain text.
+
+    ``control_token_safe`` is off by default (template parity: a user who types ``<|im_end|>``
+    gets the control token, exactly as ``apply_chat_template`` gives it).  ``True`` means user and
+    tool messages; an iterable of roles names them (e.g. ``{"user", "tool", "system"}``).  Their
+    content can then not forge control tokens, while the template's own markers stay special: a
+    deliberate deviation from the template, for untrusted input.
+    """
+    if control_token_safe is True:
+        return frozenset(("user", "tool"))
+    if control_token_safe is False or control_token_safe is None:
+        return frozenset()
+    if isinstance(control_token_safe, str) or not all(isinstance(role, str) for role in control_token_safe):
+        raise ValueError(f"control_token_safe must be a bool or a collection of role names, got {control_token_safe!r}")
+    return frozenset(control_token_safe)
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:

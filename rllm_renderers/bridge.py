@@ -233,7 +233,7 @@ def bridge_turn(
     suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, len(history.messages))
     if suffix_start is None:
         return None
-    result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new)
+    result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new, extended)
     if result is not None:
         renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full.text()))
     return result
@@ -336,21 +336,43 @@ def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) ->
 
 
 def bridged_tokens(
-    renderer: "GeneratedRenderer", prefix: list[int], full: "RenderOutput", suffix_start: int, first_new: int, new
+    renderer: "GeneratedRenderer",
+    prefix: list[int],
+    full: "RenderOutput",
+    suffix_start: int,
+    first_new: int,
+    new,
+    extended: History,
 ) -> RenderedTokens | None:
-    """``prefix`` + the full rendering's text from ``suffix_start`` on, encoded after the close token."""
+    """``prefix`` + the full rendering's text from ``suffix_start`` on, encoded after the close token.
+
+    The new tokens are attributed as ``render`` attributes them (message marks, content marks);
+    the prefix, which the caller already holds with its own attribution, gets -1 / False. With
+    ``control_token_safe``, new content of those roles is encoded as plain text, as ``render_ids``
+    would.
+    """
+    from .base import inside_ranges  # base imports this module
+
     anchor = renderer.decode(prefix[-1:])
     text = full.text()
-    ids, offsets = renderer.encoder.encode_with_offsets(anchor + text[suffix_start:])
+    shift = suffix_start - len(anchor)  # full-text offset of the encoded string's first character
+
+    def in_suffix(ranges):
+        return [(max(low, suffix_start) - shift, high - shift) for low, high in ranges if high > suffix_start]
+
+    plain = None
+    if renderer.plain_content_roles:
+        plain = in_suffix(renderer._plain_ranges(full, text, extended.messages))
+    ids, offsets = renderer.encoder.encode_with_offsets(anchor + text[suffix_start:], plain_ranges=plain)
     if ids[:1] != prefix[-1:]:
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
     suffix_ids, suffix_offsets = ids[1:], offsets[1:]
     return RenderedTokens(
         token_ids=prefix + suffix_ids,
         message_indices=[-1] * len(prefix)
-        + new_message_indices(full, [suffix_start - len(anchor) + offset for offset in suffix_offsets], first_new),
+        + new_message_indices(full, [shift + offset for offset in suffix_offsets], first_new),
         sampled_mask=[False] * (len(prefix) + len(suffix_ids)),
-        is_content=[],
+        is_content=[False] * len(prefix) + inside_ranges(suffix_offsets, in_suffix(full.content_ranges())),
         message_roles=[message.get("role", "") for message in new],
         message_tool_names=tool_names(new),
     )

@@ -26,13 +26,23 @@ class RenderOutput:
         self.content_parts: list[int] = []  # indices into parts of message text
         self._index_by_id = {id(message): index for index, message in enumerate(messages)}
 
-    def append_content(self, text: str) -> None:
+    def append_content(self, text: str, message: Any = None) -> None:
         """Append a piece of a message's own text (attributed as content).
 
+        ``message``: the message it belongs to, when the template writes it outside its message
+        loop (``messages[0].content`` for a system prompt); the piece is attributed to it.
         ``"" + text`` for a non-str raises what the template's own ``+`` would have raised.
         """
+        text = text if type(text) is str else "" + text
+        if message is None:
+            self.content_parts.append(len(self.parts))
+            self.parts.append(text)
+            return
+        surrounding = self.marks[-1][1] if self.marks else -1
+        self.mark_message(message)
         self.content_parts.append(len(self.parts))
-        self.parts.append(text if type(text) is str else "" + text)
+        self.parts.append(text)
+        self.marks.append((len(self.parts), surrounding))
 
     def mark_message(self, message: Any) -> None:
         """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""

@@ -17,11 +17,24 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
    * with ``split_special_tokens`` (the backend's ``encode_special_tokens``) special tokens are
      still found but dropped like a failed ``single_word`` match, so they hide what they cover.
 
-2. Encode every text span between emitted tokens with ONE ``encode_batch`` call on the backend
-   ``tokenizers.Tokenizer`` and splice the results with the added-token ids.  The library itself
-   treats each such span as an independent piece: it normalizes it, looks for *normalized* added
-   tokens in the normalized piece (that second pass only ever sees one span), pre-tokenizes and
-   runs the model on it.  So the backend, given the span alone, does exactly the same work.
+2. Encode every text span between emitted tokens and splice the results with the added-token
+   ids.  The library itself treats each such span as an independent piece: it normalizes it, looks
+   for *normalized* added tokens in the normalized piece (that second pass only ever sees one span),
+   pre-tokenizes and runs the model on it.  So a span encoded alone gives exactly the same ids.
+
+   Spans are encoded by one of two backends (``TextEncoder.backend``):
+
+   * ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
+     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof and the rank table are
+     computed once per tokenizer content and cached).  We then also do the second pass
+     (normalized added tokens) ourselves; that needs an identity normalizer when there are any.
+   * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
+     Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
+     a data loader padding with the same tokenizer in another thread would otherwise change our ids.
+     Set ``RLLM_RENDERERS_ENCODER=hf`` (or pass ``backend="hf"``) to force this backend.
+
+   Spans are independent, so their ids are cached by content (a bounded LRU): the system prompt and
+   tools block that thousands of rollouts share is encoded once.
 
 The backend is given spans only, so it must not find non-normalized added tokens in them
 again.  Without ``lstrip``/``rstrip``/``single_word`` flags it cannot (a span holds no occurrence
@@ -31,6 +44,11 @@ different alone (e.g. a ``single_word`` token at its edge), so we then encode sp
 private copy of the backend where every non-normalized token is made special and
 ``encode_special_tokens`` is on: its first pass matches nothing.
 
+*Plain ranges* (the control-token-safe mode of the renderers): ``encode(text, plain_ranges=...)``
+looks for added tokens only outside the given character ranges, so text inside them (message
+content) is encoded as ordinary text even where it spells ``<|im_end|>``.  With no added-token
+look-alike inside the ranges the ids are the ordinary ones.
+
 One pipeline is not span-local: a ``Metaspace`` pre-tokenizer with ``prepend_scheme="first"``
 prepends ``▁`` only to the piece at offset 0 of the whole input.  For such tokenizers we encode
 the whole text with the backend in one call instead (still exact, just not split).
@@ -39,8 +57,11 @@ the whole text with the backend in one call instead (still exact, just not split
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -146,20 +167,28 @@ def _prepends_on_first_piece_only(backend) -> bool:
     return walk(json.loads(backend.pre_tokenizer.__getstate__()))
 
 
-def _span_only_copy(backend, split_special_tokens: bool):
-    """A private copy of ``backend`` that never matches non-normalized added tokens.
+def _private_copy(backend, split_special_tokens: bool, *, hide: str = "none"):
+    """A copy of ``backend`` that nobody else configures, set up for a plain encode.
 
-    Every non-normalized token (and every special token when ``split_special_tokens``) is made
-    special and ``encode_special_tokens`` is switched on, so the copy's first pass matches nothing;
-    normalized tokens stay matchable in its second pass.  Ids are unchanged (same JSON order).
+    ``hide="non-normalized"``: every non-normalized token (and every special token when
+    ``split_special_tokens``) is made special and ``encode_special_tokens`` is switched on, so the
+    copy's first pass matches nothing; normalized tokens stay matchable in its second pass.
+    ``hide="all"``: every added token is made special, so the copy matches no added token at all
+    (for spans whose added tokens we found ourselves).  Ids are unchanged (same JSON order).
     """
     import tokenizers
 
-    data = json.loads(backend.to_str())
-    for entry in data["added_tokens"]:
-        entry["special"] = not entry["normalized"] or (entry["special"] and split_special_tokens)
-    copy = tokenizers.Tokenizer.from_str(json.dumps(data))
-    copy.encode_special_tokens = True
+    text = backend.to_str()
+    if hide == "none":
+        copy = tokenizers.Tokenizer.from_str(text)
+        copy.encode_special_tokens = split_special_tokens
+    else:
+        data = json.loads(text)
+        for entry in data["added_tokens"]:
+            hidden = hide == "all" or not entry["normalized"]
+            entry["special"] = hidden or (entry["special"] and split_special_tokens)
+        copy = tokenizers.Tokenizer.from_str(json.dumps(data))
+        copy.encode_special_tokens = True
     copy.no_truncation()
     copy.no_padding()
     before = {token.content: id_ for id_, token in backend.get_added_tokens_decoder().items()}
@@ -167,6 +196,73 @@ def _span_only_copy(backend, split_special_tokens: bool):
     if before != after:  # pragma: no cover - the library keeps ids when the JSON keeps its order
         raise RuntimeError("copying the tokenizer changed added-token ids")
     return copy
+
+
+def _requested_backend(backend: str | None) -> str:
+    """``"auto"`` or ``"hf"``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
+    choice = backend or os.environ.get("RLLM_RENDERERS_ENCODER") or "auto"
+    if choice not in ("auto", "hf"):
+        raise ValueError(f"encoder backend must be 'auto' or 'hf', got {choice!r}")
+    return choice
+
+
+class _SpanCache:
+    """A bounded, thread-safe LRU of span text -> ids (exact: spans are encoded independently)."""
+
+    MIN_CHARS = 24  # shorter spans cost less to encode than to look up
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> list[int] | None:
+        if not self.size:
+            return None
+        with self._lock:
+            ids = self._entries.get(key)
+            if ids is not None:
+                self._entries.move_to_end(key)
+            return ids
+
+    def put(self, key: tuple[str, str], ids: list[int]) -> None:
+        if not self.size or len(key[1]) < self.MIN_CHARS:
+            return
+        with self._lock:
+            self._entries[key] = ids
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _token_pattern(tokens: dict[str, _AddedToken]) -> re.Pattern[str] | None:
+    return _longest_match_pattern(tokens)
+
+
+def _is_identity_normalizer(backend) -> bool:
+    normalizer = backend.normalizer
+    if normalizer is None:
+        return True
+    state = json.loads(normalizer.__getstate__())
+    return state.get("type") == "Sequence" and not state.get("normalizers")
+
+
+def _outside(ranges: Sequence[tuple[int, int]] | None, length: int) -> list[tuple[int, int]]:
+    """The parts of ``[0, length)`` not covered by ``ranges`` (which may overlap or be unsorted)."""
+    if not ranges:
+        return [(0, length)]
+    segments, at = [], 0
+    for start, end in sorted(ranges):
+        start, end = max(0, start), min(length, end)
+        if start > at:
+            segments.append((at, start))
+        at = max(at, end)
+    if at < length:
+        segments.append((at, length))
+    return segments
 
 
 class TextEncoder:
@@ -177,62 +273,91 @@ class TextEncoder:
     ``split_special_tokens`` setting is honoured) or a raw ``tokenizers.Tokenizer``.  Tokens added
     to the tokenizer after construction are not seen: build a new encoder then.
 
-    Like transformers' own ``encode``, each call resets padding, truncation and
-    ``encode_special_tokens`` on a shared backend to the values a plain encode uses.
+    ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
+    ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`, and why
+    tiktoken was not chosen in :attr:`backend_reason`.  ``span_cache_size``: how many span
+    encodings to keep (0: none).  Encoding never touches the caller's tokenizer object: it uses
+    private copies, so other threads may pad or truncate with that tokenizer meanwhile.
     """
 
-    def __init__(self, tokenizer: Any):
-        backend = _backend_of(tokenizer)
-        self._split_special = _split_special_tokens(tokenizer, backend)
+    def __init__(self, tokenizer: Any, *, backend: str | None = None, span_cache_size: int = 256):
+        shared = _backend_of(tokenizer)
+        requested = _requested_backend(backend)
+        self._split_special = _split_special_tokens(tokenizer, shared)
 
-        added = backend.get_added_tokens_decoder()  # id -> tokenizers.AddedToken
+        added = shared.get_added_tokens_decoder()  # id -> tokenizers.AddedToken
         #: Contents of all added tokens (special or not, normalized or not).
         self.added_token_strings: frozenset[str] = frozenset(token.content for token in added.values())
         self._added_ids = {token.content: id_ for id_, token in added.items()}
 
-        # The tokens we split on ourselves: those of the library's first pass (non-normalized ones).
-        self._splitters = {
-            token.content: _AddedToken(
-                id_, token.lstrip, token.rstrip, token.single_word, token.special and self._split_special
-            )
-            for id_, token in added.items()
-            if token.content and not token.normalized
-        }
-        self._pattern = _longest_match_pattern(self._splitters)
+        def flags(id_: int, token: Any) -> _AddedToken:
+            return _AddedToken(id_, token.lstrip, token.rstrip, token.single_word, token.special and self._split_special)
 
-        self._backend = backend
-        self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
-        self._whole_text = _prepends_on_first_piece_only(backend)
-        flagged = any(token.lstrip or token.rstrip or token.single_word for token in added.values())
-        if flagged and not self._whole_text:
-            self._span_tokenizer, self._shared = _span_only_copy(backend, self._split_special), False
+        # First pass (the library's, on the raw text): non-normalized tokens.  Second pass (on each
+        # normalized span): normalized tokens; done by us only when the backend cannot do it.
+        self._splitters = {token.content: flags(id_, token) for id_, token in added.items() if token.content and not token.normalized}
+        self._pattern = _token_pattern(self._splitters)
+        self._normalized = {token.content: flags(id_, token) for id_, token in added.items() if token.content and token.normalized}
+        self._normalized_pattern = _token_pattern(self._normalized)
+        self._identity_normalizer = _is_identity_normalizer(shared)
+
+        self._shared = shared  # read only (decode); never configured by us
+        self._vocab_size = shared.get_vocab_size(with_added_tokens=True)
+        self._whole_text = _prepends_on_first_piece_only(shared)
+        self._flagged = any(token.lstrip or token.rstrip or token.single_word for token in added.values())
+        self._copies: dict[str, Any] = {}
+        self._copies_lock = threading.Lock()
+        self._cache = _SpanCache(span_cache_size)
+
+        self._rank_bpe = None
+        if requested == "hf":
+            self.backend_reason = "the HF backend was requested"
+        elif self._whole_text:
+            self.backend_reason = "a Metaspace pre-tokenizer that prepends to the first piece only"
+        elif self._normalized and not self._identity_normalizer:
+            self.backend_reason = "normalized added tokens under a normalizer"
         else:
-            self._span_tokenizer, self._shared = backend, True
+            from .fast_encoder import rank_bpe_plan
+
+            self._rank_bpe, self.backend_reason = rank_bpe_plan(shared)
+        #: ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
+        self.backend = "tiktoken" if self._rank_bpe is not None else "hf"
 
     # ------------------------------------------------------------------ public API
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no BOS/EOS added), as ``tokenizer.encode(text, add_special_tokens=False)``."""
-        return self._encode([text], with_offsets=False)[0][0]
+    def encode(self, text: str, *, plain_ranges: Sequence[tuple[int, int]] | None = None) -> list[int]:
+        """Token ids of ``text`` (no BOS/EOS added), as ``tokenizer.encode(text, add_special_tokens=False)``.
 
-    def encode_with_offsets(self, text: str) -> tuple[list[int], list[int]]:
+        ``plain_ranges``: half-open character ranges of ``text`` in which no added token is
+        recognised (their text is encoded as ordinary text); see the module docstring.
+        """
+        return self._encode([text], with_offsets=False, plain_ranges=[plain_ranges])[0][0]
+
+    def encode_with_offsets(
+        self, text: str, *, plain_ranges: Sequence[tuple[int, int]] | None = None
+    ) -> tuple[list[int], list[int]]:
         """Token ids plus, per token, the index in ``text`` of the character where the token starts.
 
         An added token starts where its match starts (including whitespace absorbed by
         ``lstrip``); a token of a span starts where the tokenizer's offsets say, shifted by the
         span's start.  Starts never decrease.
         """
-        ids, starts = self._encode([text], with_offsets=True)[0]
+        ids, starts = self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
         return ids, starts
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(t) for t in texts]`` with a single backend call for all spans of all texts."""
-        return [ids for ids, _ in self._encode(list(texts), with_offsets=False)]
+        texts = list(texts)
+        return [ids for ids, _ in self._encode(texts, with_offsets=False, plain_ranges=[None] * len(texts))]
+
+    def clear_cache(self) -> None:
+        """Forget the cached span encodings."""
+        self._cache.clear()
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept; ids outside the vocabulary are skipped."""
         valid = [token for token in ids if isinstance(token, int) and 0 <= token < self._vocab_size]
-        return self._backend.decode(valid, skip_special_tokens=False)
+        return self._shared.decode(valid, skip_special_tokens=False)
 
     def token_id(self, token: str) -> int:
         """The id of ``token``: its added-token id, else the one id its text encodes to.
@@ -248,69 +373,124 @@ class TextEncoder:
 
     # ------------------------------------------------------------------ internals
 
-    def _split(self, text: str) -> list[tuple[int, int, int | None]]:
+    def _split(
+        self, text: str, segments: Sequence[tuple[int, int]] | None = None, *, normalized: bool = False
+    ) -> list[tuple[int, int, int | None]]:
         """Cover ``text`` with ``(start, end, id)`` pieces: added tokens (``id``) and spans (``None``).
 
-        A transcription of ``AddedVocabulary::find_matches``.  With ``rstrip`` the library can emit
-        overlapping pieces (a later match inside absorbed whitespace); so do we.
+        A transcription of ``AddedVocabulary::find_matches`` (``normalized``: the second pass, with
+        the normalized tokens).  Matches are looked for inside ``segments`` only (default: all of
+        ``text``).  With ``rstrip`` the library can emit overlapping pieces (a later match inside
+        absorbed whitespace); so do we.
         """
+        pattern = self._normalized_pattern if normalized else self._pattern
+        tokens = self._normalized if normalized else self._splitters
         pieces: list[tuple[int, int, int | None]] = []
         done = 0  # end of the last emitted added token ("start_offset" in the Rust code)
-        if self._pattern is not None:
-            for match in self._pattern.finditer(text):
-                start, stop = match.span()
-                token = self._splitters[match.group()]
-                if token.skipped:
-                    continue
-                if token.single_word and (
-                    (start > 0 and _is_word_char(text[start - 1])) or (stop < len(text) and _is_word_char(text[stop]))
-                ):
-                    continue
-                if token.lstrip:
-                    while start > done and text[start - 1] in _WHITESPACE:
-                        start -= 1
-                if token.rstrip:
-                    while stop < len(text) and text[stop] in _WHITESPACE:
-                        stop += 1
-                if done < start:
-                    pieces.append((done, start, None))
-                pieces.append((start, stop, token.id))
-                done = stop
+        if pattern is not None:
+            for low, high in segments if segments is not None else ((0, len(text)),):
+                for match in pattern.finditer(text, low, high):
+                    start, stop = match.span()
+                    token = tokens[match.group()]
+                    if token.skipped:
+                        continue
+                    if token.single_word and (
+                        (start > 0 and _is_word_char(text[start - 1]))
+                        or (stop < len(text) and _is_word_char(text[stop]))
+                    ):
+                        continue
+                    if token.lstrip:
+                        while start > done and text[start - 1] in _WHITESPACE:
+                            start -= 1
+                    if token.rstrip:
+                        while stop < len(text) and text[stop] in _WHITESPACE:
+                            stop += 1
+                    if done < start:
+                        pieces.append((done, start, None))
+                    pieces.append((start, stop, token.id))
+                    done = stop
         if done < len(text):
             pieces.append((done, len(text), None))
         return pieces
 
-    def _ready_backend(self):
-        """The tokenizer to encode spans with, its per-call settings reset as transformers does."""
-        backend = self._span_tokenizer
-        if self._shared:
-            if backend.encode_special_tokens != self._split_special:
-                backend.encode_special_tokens = self._split_special
-            if backend.truncation is not None:
-                backend.no_truncation()
-            if backend.padding is not None:
-                backend.no_padding()
-        return backend
+    def _copy(self, hide: str):
+        """The private backend copy of kind ``hide`` (built on first use, then reused)."""
+        copy = self._copies.get(hide)
+        if copy is None:
+            with self._copies_lock:
+                copy = self._copies.get(hide)
+                if copy is None:
+                    copy = self._copies[hide] = _private_copy(self._shared, self._split_special, hide=hide)
+        return copy
 
-    def _encode_batch(self, texts: list[str], with_offsets: bool) -> list:
-        """One backend call for all ``texts`` (``encode_batch_fast`` skips offsets when not needed)."""
-        backend = self._ready_backend()
-        if not with_offsets and hasattr(backend, "encode_batch_fast"):
-            return backend.encode_batch_fast(texts, add_special_tokens=False)
-        return backend.encode_batch(texts, add_special_tokens=False)
+    def _hf_encode(self, spans: list[str], with_offsets: bool, hide: str) -> list[tuple[list[int], list[int]]]:
+        """One call on a private copy for all ``spans`` (``encode_batch_fast`` skips offsets)."""
+        if not spans:
+            return []
+        copy = self._copy(hide)
+        if not with_offsets:
+            return [(encoding.ids, []) for encoding in copy.encode_batch_fast(spans, add_special_tokens=False)]
+        encodings = copy.encode_batch(spans, add_special_tokens=False)
+        return [(encoding.ids, [start for start, _ in encoding.offsets]) for encoding in encodings]
 
-    def _encode(self, texts: list[str], with_offsets: bool) -> list[tuple[list[int], list[int]]]:
+    def _encode_spans(self, spans: list[str], with_offsets: bool, hide: str) -> list[tuple[list[int], list[int]]]:
+        """Ids (and starts) of text spans that hold no added token to find, through the span cache."""
+        if with_offsets:
+            return self._hf_encode(spans, True, hide)
+        kind = "tiktoken" if self._rank_bpe is not None else hide
+        cache = self._cache
+        results: list[Any] = [cache.get((kind, span)) for span in spans]
+        missing = [index for index, ids in enumerate(results) if ids is None]
+        if missing:
+            if self._rank_bpe is not None:
+                encode = self._rank_bpe.encode
+                fresh = [encode(spans[index]) for index in missing]
+            else:
+                fresh = [ids for ids, _ in self._hf_encode([spans[index] for index in missing], False, hide)]
+            for index, ids in zip(missing, fresh):
+                results[index] = ids
+                cache.put((kind, spans[index]), ids)
+        return [(ids, []) for ids in results]
+
+    def _encode(
+        self, texts: list[str], with_offsets: bool, plain_ranges: list[Sequence[tuple[int, int]] | None]
+    ) -> list[tuple[list[int], list[int]]]:
         """``(ids, starts)`` per text; ``starts`` stays empty unless ``with_offsets``."""
+        plain = any(ranges for ranges in plain_ranges)
         if self._whole_text:
-            encodings = self._encode_batch(texts, with_offsets)
-            return [(enc.ids, [start for start, _ in enc.offsets] if with_offsets else []) for enc in encodings]
+            if plain:
+                raise ValueError(
+                    "plain (control-token-safe) ranges are not supported for this tokenizer: its Metaspace "
+                    "pre-tokenizer is not span-local"
+                )
+            return self._hf_encode(texts, with_offsets, "none")
 
-        splits = [self._split(text) for text in texts]
-        spans = [text[start:end] for text, pieces in zip(texts, splits) for start, end, id_ in pieces if id_ is None]
-        encodings = self._encode_batch(spans, with_offsets)
+        # Who finds the normalized added tokens in a span: the HF copy (its second pass) by default;
+        # we do, when tiktoken encodes the spans or when plain ranges must hide them.
+        own_second_pass = self._rank_bpe is not None or plain
+        if own_second_pass and self._normalized and not self._identity_normalizer:
+            raise ValueError(
+                "plain (control-token-safe) ranges are not supported for this tokenizer: it has normalized added "
+                "tokens under a normalizer"
+            )
+        if own_second_pass:
+            hide = "all"
+        else:
+            hide = "non-normalized" if self._flagged else "none"
 
-        results, next_span = [], iter(encodings)
-        for pieces in splits:
+        pieces_per_text = []
+        for text, ranges in zip(texts, plain_ranges):
+            segments = _outside(ranges, len(text)) if ranges else None
+            pieces = self._split(text, segments)
+            if own_second_pass and self._normalized_pattern is not None:
+                pieces = self._second_pass(text, pieces, ranges)
+            pieces_per_text.append(pieces)
+
+        spans = [text[start:end] for text, pieces in zip(texts, pieces_per_text) for start, end, id_ in pieces if id_ is None]
+        encoded = iter(self._encode_spans(spans, with_offsets, hide))
+
+        results = []
+        for pieces in pieces_per_text:
             ids: list[int] = []
             starts: list[int] = []
             for start, _, id_ in pieces:
@@ -318,33 +498,50 @@ class TextEncoder:
                     ids.append(id_)
                     starts.append(start)
                     continue
-                encoding = next(next_span)
-                ids += encoding.ids
+                span_ids, span_starts = next(encoded)
+                ids += span_ids
                 if with_offsets:
-                    starts += [start + offset for offset, _ in encoding.offsets]
+                    starts += [start + offset for offset in span_starts]
             results.append((ids, starts))
         return results
+
+    def _second_pass(
+        self, text: str, pieces: list[tuple[int, int, int | None]], ranges: Sequence[tuple[int, int]] | None
+    ) -> list[tuple[int, int, int | None]]:
+        """Split each span again on the normalized added tokens (identity normalizer: the span as is)."""
+        refined: list[tuple[int, int, int | None]] = []
+        for start, end, id_ in pieces:
+            if id_ is not None:
+                refined.append((start, end, id_))
+                continue
+            span = text[start:end]
+            local = [(low - start, high - start) for low, high in ranges or () if low < end and high > start]
+            segments = _outside(local, len(span)) if local else None
+            refined += [(start + low, start + high, inner) for low, high, inner in self._split(span, segments, normalized=True)]
+        return refined
 
 
 _CACHE_ATTRIBUTE = "_rllm_text_encoder"
 
 
-def text_encoder_for(tokenizer: Any) -> TextEncoder:
+def text_encoder_for(tokenizer: Any, *, backend: str | None = None) -> TextEncoder:
     """The :class:`TextEncoder` of ``tokenizer``, built on first use and cached.
 
     The encoder is kept in an attribute of the backend ``tokenizers.Tokenizer``, so it lives and
     dies with it (the cycle encoder -> backend is collectable; a pickled or copied tokenizer does not
-    carry it).  It is rebuilt when the vocabulary grew or ``split_special_tokens`` changed.  Two
-    threads may both build it the first time; either result is correct.
+    carry it).  It is rebuilt when the vocabulary grew, ``split_special_tokens`` changed or another
+    ``backend`` (see :class:`TextEncoder`) is asked for.  Two threads may both build it the first
+    time; either result is correct.
     """
-    backend = _backend_of(tokenizer)
-    key = (backend.get_vocab_size(with_added_tokens=True), _split_special_tokens(tokenizer, backend))
-    cached = getattr(backend, _CACHE_ATTRIBUTE, None)
+    shared = _backend_of(tokenizer)
+    requested = _requested_backend(backend)
+    key = (shared.get_vocab_size(with_added_tokens=True), _split_special_tokens(tokenizer, shared), requested)
+    cached = getattr(shared, _CACHE_ATTRIBUTE, None)
     if cached is not None and cached[0] == key:
         return cached[1]
-    encoder = TextEncoder(tokenizer)
+    encoder = TextEncoder(tokenizer, backend=requested)
     try:
-        setattr(backend, _CACHE_ATTRIBUTE, (key, encoder))
+        setattr(shared, _CACHE_ATTRIBUTE, (key, encoder))
     except (AttributeError, TypeError):  # a tokenizers build without instance attributes: no cache
         pass
     return encoder

@@ -84,6 +84,22 @@ def test_content_equal_to_a_role_name_is_attributed_to_the_content(family):
     assert renderer.decode(header).strip() != ""
 
 
+
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+def test_a_system_prompt_written_outside_the_message_loop_is_attributed_to_its_message(family):
+    """Templates write ``messages[0].content`` before their loop: still message 0's content."""
+    renderer = family.renderer_class(family.load_tokenizer())
+    if renderer.ROLES and "system" not in renderer.ROLES:
+        pytest.skip(f"{family.module} renders no system role")
+    messages = [{"role": "system", "content": "Stay terse zq9."}, {"role": "user", "content": "Hi."}]
+    try:
+        rendered = renderer.render(messages, add_generation_prompt=True)
+    except ValueError as refusal:
+        pytest.skip(f"the template refuses a system message: {refusal}")
+    system = [t for t, m, c in zip(rendered.token_ids, rendered.message_indices, rendered.is_content) if m == 0 and c]
+    assert "zq9" in renderer.decode(system), renderer.decode(rendered.token_ids)
+
+
 TINY = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message.role == 'user' %}<u>{{ message.content }}{{ eos_token }}"

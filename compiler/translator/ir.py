@@ -27,6 +27,7 @@ class Piece:
 
     value: ast.expr
     content: bool = False
+    owner: ast.expr | None = None  # the message it is content of, when written outside the message loop
 
 
 @dataclass

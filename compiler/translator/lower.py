@@ -246,6 +246,10 @@ class Lowering(ExpressionLowering, ValueKinds):
             # A lone string piece needs no str() even when it may be a Markup: there is nothing to escape.
             lone = len(operands) == 1 and value.is_str
             piece = value.node if lone or raw else value.as_str()
+            owner = self.content_owner(child) if self.output == "out" else None
+            if owner is not None:  # messages[k].content: content of message k wherever it is written
+                pieces.append(Piece(piece, content=True, owner=self.expr(owner).node))
+                continue
             content = self.output == "out" and self.marking_messages and self.is_content_node(child)
             pieces.append(Piece(piece, content=content))
         if pieces:
@@ -272,7 +276,8 @@ class Lowering(ExpressionLowering, ValueKinds):
                 return [(node, False)]
             starts_with_text = isinstance(operands[0], nodes.Const) and isinstance(operands[0].value, str)
             content = [self.is_content_node(operand) for operand in operands]
-            if starts_with_text and any(content):
+            # a chain led by content is a string concatenation too (inputs are validated strings)
+            if (starts_with_text or content[0]) and any(content):
                 # after a content piece the next plain operand starts its own `+`: it must be text
                 followers = [operands[i + 1] for i in range(len(operands) - 1) if content[i] and not content[i + 1]]
                 if all(isinstance(f, nodes.Const) and isinstance(f.value, str) for f in followers):

@@ -96,11 +96,42 @@ class ValueKinds:
             return key == "function" and self.is_tool_call_node(node.node)
         return False
 
+    def content_owner(self, node: nodes.Node) -> nodes.Node | None:
+        """``messages[k]`` when ``node`` writes the content of that message by constant index
+        (``messages[0].content``, trimmed or split), else None."""
+        while True:
+            if isinstance(node, nodes.Filter) and node.name in CONTENT_PRESERVING_FILTERS and node.node is not None:
+                node = node.node
+            elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
+                if node.node.attr not in CONTENT_PRESERVING_METHODS:
+                    return None
+                node = node.node.node
+            elif isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Call):
+                node = node.node  # content.split(...)[-1]
+            else:
+                break
+        if not isinstance(node, (nodes.Getattr, nodes.Getitem)):
+            return None
+        key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+        message = node.node
+        if (
+            key in CONTENT_FIELDS
+            and isinstance(message, nodes.Getitem)
+            and isinstance(message.node, nodes.Name)
+            and message.node.name == "messages"
+            and isinstance(message.arg, nodes.Const)
+            and isinstance(message.arg.value, int)
+        ):
+            return message
+        return None
+
     def is_content_node(self, node: nodes.Node) -> bool:
         """Whether ``node`` writes a message's own text: its content or reasoning (trimmed, split,
         converted), or a field of one of its tool calls."""
         if isinstance(node, nodes.Name):
             return node.name in self.content_names
+        if self.content_owner(node) is not None:
+            return True
         if isinstance(node, (nodes.Getattr, nodes.Getitem)):
             key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
             if key in CONTENT_FIELDS and isinstance(node.node, nodes.Name):

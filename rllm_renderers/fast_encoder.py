@@ -1,0 +1,395 @@
+"""A rank-based BPE (``tiktoken``) for the byte-level BPE tokenizers it provably equals.
+
+``rank_bpe_plan(backend)`` decides, from the ``tokenizers.Tokenizer``'s own JSON, whether its
+``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
+core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
+spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
+
+What is proved, and how (the conditions checked, in order):
+
+1. *Pipeline.*  Normalizer: none, an empty ``Sequence``, or ``NFC`` (applied here with the
+   library's own ``NFC`` normalizer, to non-ASCII spans).  Pre-tokenizer: ``Split`` stages
+   (``behavior="Isolated"``, ``invert=False``) followed by ``ByteLevel(add_prefix_space=False)``, or ``ByteLevel`` alone (its own GPT-2 regex
+   when ``use_regex``, else the whole span is one word).  Model: ``BPE`` without dropout, byte
+   fallback, continuing-subword prefix or end-of-word suffix, and with all 256 byte symbols.
+   The last ``Split`` runs inside tiktoken; earlier ones (DeepSeek has three) run here with the
+   ``regex`` module, each output piece going to tiktoken on its own, as the library does.
+   tiktoken keeps only regex matches while ``Split(Isolated)`` also keeps the text between them,
+   so the regex given to tiktoken is ``P|(?:(?!P)[\\s\\S])+``: at a position where ``P`` matches it
+   is ``P``'s match, elsewhere it takes the run of characters up to the next position where ``P``
+   matches, which is exactly the gap ``Split`` keeps.
+
+2. *BPE.*  The library merges, in a word, the adjacent pair with the smallest *merge index*
+   (ties: leftmost); tiktoken the adjacent pair whose concatenation has the smallest *rank*
+   (ties: leftmost), with rank = token id, considering every pair whose concatenation is a token.
+   Checked: (a) every merge's product is in the vocabulary and product ids never decrease along
+   the merge list; and either (b) every merge product, encoded alone by the library's BPE (no
+   whole-word shortcut), is that one token, or (c) the merges are *closed* (every split of a
+   token into two tokens is a merge) and the library takes the whole-word shortcut
+   (``ignore_merges``), as the tokenizer.json files converted from tiktoken (Llama-3, gpt-oss) are.
+
+   Proof sketch.  *Locality:* if symbols u, v are adjacent at some step of either algorithm, the
+   same algorithm run on the bytes of u + v alone passes through the state [u, v] (the merges
+   inside that region happen in the same order: each was the smallest pair when it happened, and
+   no merge ever crossed the region's edge).  As a run on given bytes is deterministic, *all
+   pairs present at one time whose concatenation is the same token w are the same split of w*.
+   Now run both on a word; while their states agree, let tiktoken pick the leftmost pair with the
+   smallest product w.  If that pair is not a merge, (c) is impossible, and by locality the
+   library alone on w's bytes reaches [u, v] and stops, contradicting (b).  Otherwise every
+   w-pair present is that merge, and by (a) no merge present has a smaller index than w's
+   block, so the library picks the same leftmost pair.  The whole-piece shortcut: tiktoken takes
+   it for every token; the library takes it with ``ignore_merges`` (then every vocabulary token
+   must be a byte or a merge product, else the library could give a token tiktoken does not
+   have), and without it reaches the same token by (b).
+
+The regexes are run by tiktoken's engine (fancy-regex) instead of the library's (Oniguruma) on
+the same pattern text; the differential tests compare both on every corpus tokenizer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
+
+# ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
+#: Bumped when the conditions proved here change (invalidates remembered proofs).
+PROOF_VERSION = "3"
+
+_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """ByteLevel's printable stand-in character for each byte -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    mapping = {chr(byte): byte for byte in printable}
+    shifted = 0
+    for byte in range(256):
+        if byte not in printable:
+            mapping[chr(256 + shifted)] = byte
+            shifted += 1
+    return mapping
+
+
+_BYTE_OF = _byte_level_alphabet()
+_TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
+
+
+def bytes_of_byte_level(token: str) -> bytes:
+    """The bytes a ByteLevel vocabulary string stands for (UnicodeEncodeError for a foreign character)."""
+    return token.translate(_TO_LATIN1).encode("latin-1")
+
+
+class _NotProvable(Exception):
+    """The tokenizer is not provably a rank-based BPE; the message says which condition fails."""
+
+
+@dataclass
+class RankBpe:
+    """Encodes a span (text without added tokens) exactly as the library's pipeline does."""
+
+    pattern: str
+    stages: tuple[str, ...]
+    nfc: bool
+    ranks: dict[bytes, int] = field(repr=False)
+    _encoding: Any = field(default=None, repr=False)
+    _stage_regexes: tuple = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        import tiktoken
+
+        # P|(?:(?!P)[\s\S])+ keeps the gaps between matches, as Split(Isolated) does (module doc).
+        keep_gaps = f"(?:{self.pattern})|(?:(?!(?:{self.pattern}))[\\s\\S])+"
+        self._encoding = tiktoken.Encoding(
+            "rllm-rank-bpe", pat_str=keep_gaps, mergeable_ranks=self.ranks, special_tokens={}
+        )
+        self._encode = self._encoding._core_bpe.encode_ordinary
+        if self.stages:
+            import regex
+
+            self._stage_regexes = tuple(regex.compile(stage) for stage in self.stages)
+        if self.nfc:
+            # The library's own NFC: Python's unicodedata follows another Unicode version, and the
+            # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
+            from tokenizers.normalizers import NFC
+
+            self._nfc = NFC().normalize_str
+
+    def encode(self, span: str) -> list[int]:
+        if self.nfc and not span.isascii():
+            span = self._nfc(span)
+        if not self._stage_regexes:
+            return self._encode(span)
+        ids: list[int] = []
+        encode = self._encode
+        for piece in self._staged_pieces(span):
+            ids += encode(piece)
+        return ids
+
+    def _staged_pieces(self, span: str) -> list[str]:
+        """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps)."""
+        pieces = [span]
+        for stage in self._stage_regexes:
+            cut: list[str] = []
+            for piece in pieces:
+                done = 0
+                for match in stage.finditer(piece):
+                    start, stop = match.span()
+                    if start == stop:
+                        continue
+                    if done < start:
+                        cut.append(piece[done:start])
+                    cut.append(piece[start:stop])
+                    done = stop
+                if done < len(piece):
+                    cut.append(piece[done:])
+            pieces = cut
+        return pieces
+
+
+def _normalizer_is_nfc(normalizer: Any) -> bool:
+    """True for NFC, False for none; raises for anything else."""
+    if normalizer is None:
+        return False
+    kind = normalizer.get("type")
+    if kind == "NFC":
+        return True
+    if kind == "Sequence":
+        steps = normalizer.get("normalizers") or []
+        if not steps:
+            return False
+        if len(steps) == 1:
+            return _normalizer_is_nfc(steps[0])
+    raise _NotProvable(f"normalizer {json.dumps(normalizer)[:80]} is neither NFC nor none")
+
+
+def _split_stages(pre_tokenizer: Any) -> tuple[list[str], str]:
+    """(earlier Split regexes, the regex tiktoken runs) of a supported pre-tokenizer."""
+    if pre_tokenizer is None:
+        raise _NotProvable("no pre-tokenizer (not byte-level)")
+    steps = pre_tokenizer.get("pretokenizers") if pre_tokenizer.get("type") == "Sequence" else [pre_tokenizer]
+    if not steps or steps[-1].get("type") != "ByteLevel":
+        raise _NotProvable("the pre-tokenizer does not end with ByteLevel")
+    byte_level = steps[-1]
+    if byte_level.get("add_prefix_space"):
+        raise _NotProvable("ByteLevel adds a prefix space")
+    splits = []
+    for step in steps[:-1]:
+        if step.get("type") != "Split":
+            raise _NotProvable(f"pre-tokenizer step {step.get('type')} is not a Split")
+        if step.get("behavior") != "Isolated" or step.get("invert"):
+            raise _NotProvable(f"Split behaviour {step.get('behavior')} (invert={step.get('invert')}) is not Isolated")
+        pattern = step.get("pattern") or {}
+        if "Regex" not in pattern:
+            raise _NotProvable("a Split on a literal string, not a regex")
+        splits.append(pattern["Regex"])
+    if byte_level.get("use_regex", True):
+        splits.append(_GPT2_PATTERN)
+    if not splits:
+        return [], r"[\s\S]+"  # the whole span is one word
+    return splits[:-1], splits[-1]
+
+
+def _check_model(model: dict) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    if model.get("type") != "BPE":
+        raise _NotProvable(f"model {model.get('type')} is not BPE")
+    if model.get("dropout"):
+        raise _NotProvable("BPE dropout")
+    if model.get("byte_fallback"):
+        raise _NotProvable("BPE byte fallback")
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        raise _NotProvable("BPE subword prefix/suffix")
+    vocab = model["vocab"]
+    merges = [tuple(merge.split(" ", 1)) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]
+    missing = [ch for ch in _BYTE_OF if ch not in vocab]
+    if missing:
+        raise _NotProvable(f"{len(missing)} of the 256 byte symbols are not in the vocabulary")
+    return vocab, merges
+
+
+def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_merges: bool) -> set[str]:
+    """Condition (a); returns the merge products."""
+    products: set[str] = set()
+    previous = -1
+    for index, (left, right) in enumerate(merges):
+        product = left + right
+        rank = vocab.get(product)
+        if rank is None or left not in vocab or right not in vocab:
+            raise _NotProvable(f"merge {index} ({left!r}, {right!r}) involves a token outside the vocabulary")
+        if rank < previous:
+            raise _NotProvable(f"merge {index} makes token {rank}, after a merge that made token {previous}")
+        products.add(product)
+        previous = rank
+    if ignore_merges:
+        strays = [token for token in vocab if token not in products and token not in _BYTE_OF]
+        if strays:
+            raise _NotProvable(f"{len(strays)} vocabulary tokens are neither bytes nor merge products (e.g. {strays[0]!r})")
+    return products
+
+
+def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> bool:
+    """Condition (c)'s first half: every split of a product into two bytes or products is a merge."""
+    symbols = products | set(_BYTE_OF)
+    merge_set = set(merges)
+    for token in products:
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in symbols and right in symbols and (left, right) not in merge_set:
+                return False
+    return True
+
+
+def _check_reachable(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> None:
+    """Condition (b): the library's BPE alone (no shortcut) encodes each merge product as itself."""
+    import tokenizers
+
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
+    # Byte-level strings hold no real space, so one call with a whitespace split encodes every
+    # product as its own BPE word.
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    words = sorted(products)
+    want = [vocab[word] for word in words]
+    if bpe.encode(" ".join(words), add_special_tokens=False).ids == want:
+        return
+    for word, id_ in zip(words, want):  # name the first token that is not reached
+        ids = bpe.encode(word, add_special_tokens=False).ids
+        if ids != [id_]:
+            raise _NotProvable(f"token {id_} ({word!r}) is not reached by BPE of its own bytes: {ids}")
+    raise _NotProvable("merge products are not reached by BPE of their own bytes")  # pragma: no cover
+
+
+def _state(component: Any) -> Any:
+    """The JSON dict of a normalizer / pre-tokenizer object (None stays None)."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _check_model_object(model: Any) -> None:
+    """The cheap part of the model checks, on the live ``tokenizers.models.BPE`` object."""
+    if type(model).__name__ != "BPE":
+        raise _NotProvable(f"model {type(model).__name__} is not BPE")
+    if getattr(model, "dropout", None):
+        raise _NotProvable("BPE dropout")
+    if getattr(model, "byte_fallback", False):
+        raise _NotProvable("BPE byte fallback")
+    if getattr(model, "continuing_subword_prefix", None) or getattr(model, "end_of_word_suffix", None):
+        raise _NotProvable("BPE subword prefix/suffix")
+
+
+def _proof_marker(sha256: str):
+    """Where the verdict for tokenizer content ``sha256`` is remembered across processes."""
+    from pathlib import Path
+
+    root = os.environ.get("RLLM_RENDERERS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rllm_renderers"
+    )
+    return Path(root) / "rank_bpe_proofs" / f"{PROOF_VERSION}-{sha256}"
+
+
+def _remember(marker, verdict: str, plan: RankBpe | None = None) -> None:
+    """Write the verdict (with a proved plan: its regexes and rank table) atomically."""
+    lines = [verdict]
+    if plan is not None:
+        lines.append(json.dumps({"pattern": plan.pattern, "stages": list(plan.stages), "nfc": plan.nfc}))
+        lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in plan.ranks.items()]
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        partial = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(partial, marker)
+    except OSError:  # a read-only home: decide again next time
+        pass
+
+
+def _remembered_plan(lines: list[str]) -> RankBpe | None:
+    """The plan a "proved" marker holds, or None when it holds none (or is damaged)."""
+    try:
+        header = json.loads(lines[1])
+        ranks = {}
+        for line in lines[2:]:
+            token, rank = line.split(" ")
+            ranks[base64.b64decode(token)] = int(rank)
+        return RankBpe(pattern=header["pattern"], stages=tuple(header["stages"]), nfc=header["nfc"], ranks=ranks)
+    except (IndexError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
+    lines: list[str] = []
+    try:
+        lines = marker.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        pass
+    verdict = lines[0].strip() if lines else None
+    if verdict and verdict.startswith("refused: "):
+        return None, verdict[len("refused: ") :]
+    if verdict == "proved":  # proved before for exactly this content: the table is in the marker
+        remembered = _remembered_plan(lines)
+        if remembered is not None:
+            return remembered, ""
+    data = json.loads(tokenizer_json)
+    try:
+        nfc = _normalizer_is_nfc(data.get("normalizer"))
+        stages, pattern = _split_stages(data.get("pre_tokenizer"))
+        vocab, merges = _check_model(data["model"])
+        ignore_merges = bool(data["model"].get("ignore_merges"))
+        products = _check_merges(vocab, merges, ignore_merges)
+        if not (ignore_merges and _merges_are_closed(vocab, merges, products)):
+            _check_reachable(vocab, merges, products)
+    except _NotProvable as exc:
+        _remember(marker, f"refused: {exc}")
+        return None, str(exc)
+    ranks = {bytes_of_byte_level(token): id_ for token, id_ in vocab.items() if token in products}
+    ranks.update({bytes([byte]): vocab[ch] for ch, byte in _BYTE_OF.items()})
+    try:
+        plan = RankBpe(pattern=pattern, stages=tuple(stages), nfc=nfc, ranks=ranks)
+    except ImportError as exc:
+        return None, f"tiktoken is not installed ({exc})"
+    except ValueError as exc:  # tiktoken could not compile the regex
+        return None, f"tiktoken refused the tokenizer: {exc}"
+    _remember(marker, "proved", plan)
+    return plan, ""
+
+
+# The plan per tokenizer content (sha256 of its JSON): built once per process, not per renderer
+# or per tokenizer object.  Bounded: a process rarely holds more tokenizers than this.
+_PLANS: OrderedDict[str, tuple[RankBpe | None, str]] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
+_PLANS_SIZE = 8
+
+
+def rank_bpe_plan(backend: Any) -> tuple[RankBpe | None, str]:
+    """``(RankBpe, "")`` when the ``tokenizers.Tokenizer`` is provably tiktoken's function on
+    spans, else ``(None, why not)``.
+
+    Cheap structural checks run on the live object first.  The rest (the merge table, and the BPE
+    run over the whole vocabulary that proves condition (b), seconds for a large vocabulary) runs
+    once per tokenizer content per process, and its verdict (with the proved rank table, so a
+    later process skips parsing the JSON too) is remembered across processes in a marker file
+    keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
+    ``~/.cache/rllm_renderers``).
+    """
+    try:
+        _normalizer_is_nfc(_state(backend.normalizer))
+        _split_stages(_state(backend.pre_tokenizer))
+        _check_model_object(backend.model)
+    except _NotProvable as exc:
+        return None, str(exc)
+    tokenizer_json = backend.to_str()
+    key = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
+    with _PLANS_LOCK:
+        if key in _PLANS:
+            _PLANS.move_to_end(key)
+            return _PLANS[key]
+    plan = _plan_from_json(tokenizer_json, _proof_marker(key))
+    with _PLANS_LOCK:
+        _PLANS[key] = plan
+        while len(_PLANS) > _PLANS_SIZE:
+            _PLANS.popitem(last=False)
+    return plan

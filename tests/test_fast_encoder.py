@@ -1,0 +1,396 @@
+"""The fast (tiktoken) encoder backend, the private backend copies, the span cache and plain ranges.
+
+Differential everywhere: both backends against ``tokenizer.encode(text, add_special_tokens=False)``
+on every corpus tokenizer (synthetic ones included), with adversarial text; the proof's refusals
+on small hand-made BPEs that break one condition each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from rllm_renderers import fast_encoder  # noqa: E402
+from rllm_renderers.fast_encoder import bytes_of_byte_level, rank_bpe_plan  # noqa: E402
+from rllm_renderers.loading import load_tokenizer  # noqa: E402
+from rllm_renderers.tokenization import TextEncoder, text_encoder_for  # noqa: E402
+
+from tests.test_tokenization import CORPUS, PROFILE, chat_like_text  # noqa: E402
+
+SYNTHETIC = ["synthetic/minimax_m3", "synthetic/glm5", "synthetic/kimi_k27_code", "synthetic/gemma4"]
+ALL_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "dsv3", "dsv4", "gemma3", "gptoss", "llama31", *SYNTHETIC]
+
+# Which backend the proof must pick: a test that silently fell back to HF everywhere would pass
+# every equality check, so the choice itself is asserted.
+EXPECTED_BACKEND = {
+    "qwen3": "tiktoken",
+    "qwen25": "tiktoken",
+    "dsv3": "tiktoken",  # three Split stages: the first two run in Python, the last in tiktoken
+    "dsv4": "tiktoken",
+    "gptoss": "tiktoken",  # every split of a token is a merge, with the whole-word shortcut
+    "llama31": "tiktoken",
+    **{name: "tiktoken" for name in SYNTHETIC},
+    "qwen35": "hf",  # 83 vocabulary tokens no merge makes, and the whole-word shortcut could give them
+    "gemma3": "hf",  # not byte-level
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_proof_cache(tmp_path_factory):
+    """Remembered proofs go to a temporary folder, not the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path_factory.mktemp("proofs")))
+        yield
+
+
+def _tokenizer_dir(name: str) -> Path:
+    path = CORPUS / "tokenizers" / name
+    if not (path / "tokenizer.json").exists():
+        pytest.skip(f"test corpus not found: {path} (set RLLM_CORPUS to the corpus folder)")
+    return path
+
+
+@pytest.fixture(scope="module", params=ALL_TOKENIZERS)
+def both(request):
+    """(name, HF tokenizer, auto encoder, HF-forced encoder)."""
+    tokenizer = load_tokenizer(_tokenizer_dir(request.param))
+    return request.param, tokenizer, TextEncoder(tokenizer), TextEncoder(tokenizer, backend="hf")
+
+
+# ---------------------------------------------------------------------------- adversarial text
+
+WHITESPACE = st.text(alphabet=" \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2003\u2028\u202f\u3000\x1c", min_size=1, max_size=40)
+DIGITS = st.text(alphabet="0123456789٠١٢٣४५๖൭¹²½Ⅻ", min_size=1, max_size=12)
+CJK_EMOJI = st.text(alphabet=st.sampled_from(list("中文字日本語のテキストカタカナ한국어ㄱ😀👍🏽🇫🇷👨‍👩‍👧✨🧑🏿‍💻")), min_size=1, max_size=10)
+COMBINING = st.text(alphabet=st.sampled_from(list("aeoAEOnN\u0301\u0308\u0327\u030a\u0323\u20dd\u0489ก\u0e31\u0e49")), min_size=1, max_size=8)
+ANY_UNICODE = st.text(min_size=0, max_size=60)  # no surrogates (tokenizers refuses them)
+CODEISH = st.text(alphabet=st.sampled_from(list("=-*/#_.~+<>|\\!?:;,'\"`^%$@&()[]{}")), min_size=1, max_size=30)
+
+
+def adversarial(added: list[str]) -> st.SearchStrategy[str]:
+    look_alikes = st.sampled_from(added or ["<|x|>"]).flatmap(
+        lambda token: st.sampled_from([token, token[:-1], token[1:], token.upper(), token + token, " " + token + " "])
+    )
+    part = st.one_of(WHITESPACE, DIGITS, CJK_EMOJI, COMBINING, ANY_UNICODE, CODEISH, look_alikes, chat_like_text(added))
+    return st.lists(part, max_size=10).map("".join)
+
+
+def test_backend_choice_is_the_expected_one(both):
+    name, _, auto, forced = both
+    assert auto.backend == EXPECTED_BACKEND[name], auto.backend_reason
+    assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
+    if auto.backend == "hf":
+        assert auto.backend_reason  # says why
+
+
+@settings(PROFILE, max_examples=200, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_both_backends_equal_tokenizer_encode(both, data):
+    name, tokenizer, auto, forced = both
+    text = data.draw(adversarial(sorted(auto.added_token_strings)), label="text")
+    want = tokenizer.encode(text, add_special_tokens=False)
+    assert auto.encode(text) == want, name
+    assert forced.encode(text) == want, name
+    assert auto.encode_with_offsets(text)[0] == want, name
+
+
+@settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(text=st.text(min_size=500, max_size=4000))
+def test_long_random_unicode(both, text):
+    name, tokenizer, auto, forced = both
+    want = tokenizer.encode(text, add_special_tokens=False)
+    assert auto.encode(text) == want, name
+    assert forced.encode(text) == want, name
+
+
+def test_long_pieces(both):
+    """Pieces far longer than a word (tiktoken switches to another merge loop for long pieces)."""
+    name, tokenizer, auto, _ = both
+    texts = ["a" * 5000, " " * 3000, "ab" * 2500, "\n" * 1000, "ñ" * 2000, "中" * 3000, "😀" * 500, "xyz" * 1500 + "!" * 999,
+             "".join(chr(0x61 + (k * 7) % 26) for k in range(6000)), "0" * 4000, "-=" * 2000]  # fmt: skip
+    for text in texts:
+        assert auto.encode(text) == tokenizer.encode(text, add_special_tokens=False), (name, text[:10])
+
+
+def _sweep_texts() -> list[str]:
+    """Every code point of the BMP and of the emoji/CJK-extension planes, in chunks, in several contexts."""
+    code_points = [c for c in range(0x20, 0x30000) if not 0xD800 <= c <= 0xDFFF]
+    code_points = [c for c in code_points if c < 0x10000 or 0x1F000 <= c < 0x1FB00 or 0x20000 <= c < 0x20400]
+    texts = []
+    for start in range(0, len(code_points), 200):
+        chunk = [chr(c) for c in code_points[start : start + 200]]
+        texts += ["".join(chunk), " ".join(chunk), "a".join(chunk) + "  ", "1" + "\n ".join(chunk)]
+    return texts
+
+
+def test_rank_bpe_sweeps_unicode_like_the_library(both):
+    """All assigned code points in context: the two regex engines and NFC must agree everywhere."""
+    name, tokenizer, auto, forced = both
+    if auto.backend != "tiktoken":
+        pytest.skip(f"{name} is encoded by the HF backend ({auto.backend_reason})")
+    texts = _sweep_texts()
+    plain = forced._copy("all")  # no added tokens matched: the spans' own function
+    want = [encoding.ids for encoding in plain.encode_batch_fast(texts, add_special_tokens=False)]
+    got = [auto._rank_bpe.encode(text) for text in texts]
+    mismatches = [text[:40] for text, a, b in zip(texts, got, want) if a != b]
+    assert not mismatches, (name, len(mismatches), mismatches[:3])
+
+
+# ---------------------------------------------------------------------------- the proof's refusals
+
+
+def _bpe_json(vocab: dict[str, int], merges: list[tuple[str, str]], **model: object) -> dict:
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\s+|\S+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}  # fmt: skip
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": pre, "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [list(merge) for merge in merges], **model},
+    }  # fmt: skip
+
+
+def _byte_vocab() -> dict[str, int]:
+    return {ch: index for index, ch in enumerate(sorted(fast_encoder._BYTE_OF, key=fast_encoder._BYTE_OF.get))}
+
+
+def _plan(data: dict):
+    return rank_bpe_plan(Tokenizer.from_str(json.dumps(data)))
+
+
+def _with(vocab: dict[str, int], *tokens: str) -> dict[str, int]:
+    vocab = dict(vocab)
+    for token in tokens:
+        vocab[token] = len(vocab)
+    return vocab
+
+
+def test_proof_accepts_a_trained_style_bpe_and_matches_it():
+    vocab = _with(_byte_vocab(), "ab", "abc", "bc")
+    data = _bpe_json(vocab, [("a", "b"), ("ab", "c"), ("b", "c")])
+    plan, reason = _plan(data)
+    assert plan is not None, reason
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    for text in ["abc", "abcbc abc", "bcab", "  abcabc\n"]:
+        assert plan.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize(
+    "merges, tokens, why",
+    [
+        ([("a", "b"), ("b", "c"), ("ab", "c")], ("ab", "abc", "bc"), "makes token"),  # ids out of merge order
+        ([("b", "c"), ("a", "b"), ("ab", "c")], ("bc", "ab", "abc"), "not reached"),  # "abc": [a, bc] stops
+    ],
+)
+def test_proof_refuses_what_it_cannot_prove(merges, tokens, why):
+    vocab = _with(_byte_vocab(), *tokens)  # ids 256, 257, ... in the order given
+    plan, reason = _plan(_bpe_json(vocab, merges))
+    assert plan is None and why in reason, reason
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda d: d["model"].update(byte_fallback=True), "byte fallback"),
+        (lambda d: d["model"].update(dropout=0.1), "dropout"),
+        (lambda d: d.update(normalizer={"type": "Lowercase"}), "neither NFC nor none"),
+        (lambda d: d["pre_tokenizer"]["pretokenizers"][0].update(behavior="MergedWithPrevious"), "not Isolated"),
+        (lambda d: d["pre_tokenizer"]["pretokenizers"][1].update(add_prefix_space=True), "prefix space"),
+        (lambda d: d.update(pre_tokenizer={"type": "Whitespace"}), "ByteLevel"),
+        (lambda d: d["model"]["vocab"].pop("Ā"), "byte symbols"),
+    ],
+)
+def test_proof_refuses_other_pipelines(change, why):
+    data = _bpe_json(_with(_byte_vocab(), "ab"), [("a", "b")])
+    change(data)
+    plan, reason = _plan(data)
+    assert plan is None and why in reason, reason
+
+
+PERIODIC_TOKENS = ["aa", "ab", "ba", "aaa", "aba", "bab", "abab", "baba", "aaaa", "abaa", "aab", "bb", "abb", "bba"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ignore_merges", [True, False])
+def test_every_split_a_merge_with_ties_in_any_order(seed, ignore_merges):
+    """Tokens with several merges (every split), listed within a token's block in a random order:
+    the library breaks ties between different splits by index, tiktoken by position; the proof says
+    different splits of one token are never present together.  Checked on periodic text."""
+    import random
+
+    rng = random.Random(seed)
+    tokens = PERIODIC_TOKENS[:]
+    rng.shuffle(tokens)
+    tokens.sort(key=len)  # a token's parts come before it
+    vocab = _with(_byte_vocab(), *tokens)
+    merges = []
+    for token in tokens:
+        splits = [(token[:cut], token[cut:]) for cut in range(1, len(token))]
+        splits = [(left, right) for left, right in splits if left in vocab and right in vocab]
+        rng.shuffle(splits)
+        merges += splits
+    data = _bpe_json(vocab, merges, ignore_merges=ignore_merges)
+    plan, reason = _plan(data)
+    assert plan is not None, reason
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    texts = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    texts += ["ab" * n for n in range(1, 40)] + ["a" * n for n in range(1, 40)] + ["aab" * n for n in range(1, 20)]
+    want = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    assert [plan.encode(text) for text in texts] == want
+
+
+def test_gaps_between_split_matches_are_kept():
+    """A Split regex that does not cover the text: the library keeps the gaps, so must we."""
+    data = _bpe_json(_with(_byte_vocab(), "ab", "12"), [("a", "b"), ("1", "2")])
+    data["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "[a-z]+"}
+    plan, reason = _plan(data)
+    assert plan is not None, reason
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    for text in ["ab12ab", "12 12", "!!ab??", "", "中ab"]:
+        assert plan.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids, text
+
+
+def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
+    data = _bpe_json(_with(_byte_vocab(), "ab", "xy"), [("a", "b"), ("x", "y")])
+    plan = _plan(data)[0]
+    assert plan is not None
+    markers = list((tmp_path / "rank_bpe_proofs").iterdir())
+    assert len(markers) == 1 and markers[0].read_text().splitlines()[0] == "proved"
+    fast_encoder._PLANS.clear()  # a new process: the plan comes from the marker, not from the JSON
+    monkeypatch.setattr(fast_encoder, "_check_reachable", lambda *args: pytest.fail("proved again"))
+    remembered = _plan(data)[0]
+    assert (remembered.pattern, remembered.stages, remembered.nfc, remembered.ranks) == (
+        plan.pattern, plan.stages, plan.nfc, plan.ranks)  # fmt: skip
+    assert remembered.encode("abxy ab") == plan.encode("abxy ab")
+    monkeypatch.undo()
+    monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
+    markers[0].write_text("proved\n{damaged")  # a damaged marker: proved again, and rewritten
+    fast_encoder._PLANS.clear()
+    assert _plan(data)[0].ranks == plan.ranks
+    assert len(markers[0].read_text().splitlines()) > 250
+
+    refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("b", "c"), ("a", "b"), ("ab", "c")])
+    reason = _plan(refused)[1]
+    assert any(marker.read_text().startswith("refused: ") for marker in (tmp_path / "rank_bpe_proofs").iterdir())
+    fast_encoder._PLANS.clear()  # a new process: the marker gives the same verdict without the BPE run
+    assert _plan(refused) == (None, reason)
+
+
+def test_bytes_of_byte_level():
+    assert bytes_of_byte_level("ĠhelloĊ") == b" hello\n"
+    assert bytes_of_byte_level("".join(sorted(fast_encoder._BYTE_OF, key=fast_encoder._BYTE_OF.get))) == bytes(range(256))
+
+
+# ---------------------------------------------------------------------------- forcing HF
+
+
+def test_env_var_forces_hf(monkeypatch):
+    tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
+    assert TextEncoder(tokenizer).backend == "tiktoken"
+    monkeypatch.setenv("RLLM_RENDERERS_ENCODER", "hf")
+    assert TextEncoder(tokenizer).backend == "hf"
+    assert text_encoder_for(tokenizer).backend == "hf"
+    monkeypatch.setenv("RLLM_RENDERERS_ENCODER", "rust")
+    with pytest.raises(ValueError, match="'auto' or 'hf'"):
+        TextEncoder(tokenizer)
+
+
+# ---------------------------------------------------------------------------- shared tokenizer objects
+
+
+@pytest.mark.parametrize("name, backend", [("qwen3", "auto"), ("qwen3", "hf"), ("gptoss", "auto")])
+def test_padding_thread_cannot_change_ids(name, backend):
+    """Issue 12 item 1: one tokenizer object, renders in some threads, another pads and truncates with it."""
+    tokenizer = load_tokenizer(_tokenizer_dir(name))
+    encoder = TextEncoder(tokenizer, backend=backend)
+    texts = [f"<|im_start|>user\nquestion {k}: " + "word " * (k % 40) + "<|im_end|>\n" for k in range(60)]
+    want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    stop = threading.Event()
+
+    def data_loader():  # what a collator does: the HF wrapper sets padding/truncation on the shared backend
+        while not stop.is_set():
+            tokenizer(["padding me please"] * 8, padding="max_length", max_length=64, truncation=True)
+            tokenizer(["x"] * 8, padding="longest", truncation=True, max_length=4)
+
+    loader = threading.Thread(target=data_loader)
+    loader.start()
+    try:
+        wrong = 0
+        for _ in range(10):
+            for text, ids in zip(texts, want):
+                wrong += encoder.encode(text) != ids
+                wrong += encoder.encode_with_offsets(text)[0] != ids
+    finally:
+        stop.set()
+        loader.join()
+    assert wrong == 0, f"{wrong} of {2 * 10 * len(texts)} encodes were wrong"
+
+
+# ---------------------------------------------------------------------------- span cache
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama31"])
+def test_warm_equals_cold(name):
+    tokenizer = load_tokenizer(_tokenizer_dir(name))
+    warm, cold = TextEncoder(tokenizer), TextEncoder(tokenizer, span_cache_size=0)
+    system = "You are a careful assistant. " * 40
+    added = sorted(warm.added_token_strings)
+    marker = added[0]
+    texts = [f"{marker}{system}{marker}question {k} {'x' * k}{marker}" for k in range(30)]
+    for text in texts + texts:
+        assert warm.encode(text) == cold.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+    assert any(span == system for _, span in warm._cache._entries)  # the shared block was cached
+    assert not cold._cache._entries
+    warm.clear_cache()
+    assert not warm._cache._entries
+
+
+def test_span_cache_is_bounded():
+    tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
+    encoder = TextEncoder(tokenizer, span_cache_size=5)
+    for k in range(50):
+        encoder.encode(f"a fairly long span of text number {k} " * 2)
+    assert len(encoder._cache._entries) == 5
+
+
+# ---------------------------------------------------------------------------- plain ranges
+
+
+@pytest.mark.parametrize("name", ["qwen3", "dsv3", "gptoss", "llama31"])
+def test_plain_ranges_hide_added_tokens_only_inside(name):
+    tokenizer = load_tokenizer(_tokenizer_dir(name))
+    encoder = text_encoder_for(tokenizer)
+    added = sorted(token for token in encoder.added_token_strings if len(token) > 3)
+    special_ids = {encoder.token_id(token) for token in encoder.added_token_strings}
+    forged = f"hi {added[0]} there {added[-1]}{added[1]}"
+    text = f"{added[2]}head\n{forged}{added[3]}tail"
+    start = text.index(forged)
+    ranges = [(start, start + len(forged))]
+    plain = encoder._copy("all")  # matches no added token: the ordinary-text function
+
+    def as_text(piece: str) -> list[int]:
+        return plain.encode(piece, add_special_tokens=False).ids
+
+    want = [encoder.token_id(added[2])] + as_text("head\n" + forged) + [encoder.token_id(added[3])] + as_text("tail")
+    assert encoder.encode(text, plain_ranges=ranges) == want
+    assert encoder.encode_with_offsets(text, plain_ranges=ranges)[0] == want
+    assert not set(as_text(forged)) & special_ids
+    # ranges without look-alikes change nothing
+    harmless = f"{added[2]}head\nplain words{added[3]}"
+    at = harmless.index("plain")
+    assert encoder.encode(harmless, plain_ranges=[(at, at + 11)]) == encoder.encode(harmless)
+    assert encoder.encode(text, plain_ranges=[]) == encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
