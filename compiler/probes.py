@@ -184,7 +184,10 @@ class Prober:
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
+            and close_and_after[: -len(content_start)].strip()
         ):
+            # (when nothing would be left for the close, the plain answer's lead is the reasoning close
+            # itself, written for empty reasoning: MiniMax's bare </mm:think>)
             close_marker_and_space = close_and_after[: -len(content_start)]
         else:
             content_start = ""
@@ -280,6 +283,8 @@ class Prober:
         name_to_key = single[name_at + len(FIRST_TOOL) : key_a]
         parameter_value = single[key_a + len(KEY_A) : value_a]
         value_to_key = single[value_a + len(VALUE_A) : key_b]
+        if KEY_A in value_to_key:
+            return self.xml_tags_style(single, double)
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
         # Several splits can fit; the natural one starts the parameter tag after the whitespace.
         shared = common_suffix(name_to_key, value_to_key)
@@ -306,6 +311,54 @@ class Prober:
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
+    def xml_tags_style(self, single: str, double: str | None) -> ToolCallFormat:
+        """Arguments as elements named by their key: START KEY VALUE-SEP VALUE END KEY VALUE-SEP.
+
+        MiniMax-M3: ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``; nested objects are nested
+        elements and arrays repeat one item element (learned from a list-valued probe).
+        """
+        name_at = single.index(FIRST_TOOL)
+        key_a = single.index(KEY_A, name_at)
+        value_a = single.index(VALUE_A, key_a)
+        close_a = single.index(KEY_A, value_a)
+        key_b = single.index(KEY_B, close_a)
+        parameter_value = single[key_a + len(KEY_A) : value_a]
+        parameter_end = single[value_a + len(VALUE_A) : close_a]
+        after_close_a = single[close_a + len(KEY_A) : key_b]
+        if not after_close_a.startswith(parameter_value):
+            raise ProbeError(f"inconsistent XML element tool-call parameters: {single!r}")
+        parameter_start = after_close_a[len(parameter_value) :]
+        name_to_key = single[name_at + len(FIRST_TOOL) : key_a]
+        closing_b = parameter_end + KEY_B + parameter_value
+        value_b = single.index(VALUE_B, key_b)
+        if not parameter_start or not name_to_key.endswith(parameter_start) or not single.startswith(closing_b, value_b + len(VALUE_B)):
+            raise ProbeError(f"inconsistent XML element tool-call parameters: {single!r}")
+        after_single = single[value_b + len(VALUE_B) + len(closing_b) :]
+        after_first_in_double = None
+        if double is not None:
+            closing_a = parameter_end + KEY_A + parameter_value
+            at = double.index(VALUE_A, double.index(FIRST_TOOL)) + len(VALUE_A)
+            if double.startswith(closing_a, at):
+                after_first_in_double = double[at + len(closing_a) :]
+        listed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: [VALUE_A]}, "c1")]) or ""
+        opened = parameter_start + KEY_A + parameter_value
+        item = ""
+        if opened in listed and listed.index(opened) + len(opened) < len(listed):
+            after_open = listed[listed.index(opened) + len(opened) :]
+            if after_open.startswith(parameter_start) and VALUE_A in after_open:
+                candidate = after_open[len(parameter_start) : after_open.index(VALUE_A)]
+                if candidate.endswith(parameter_value):
+                    item = candidate[: len(candidate) - len(parameter_value)]
+        return ToolCallFormat(
+            style="xml_tags",
+            name_end=name_to_key[: len(name_to_key) - len(parameter_start)],
+            parameter_start=parameter_start,
+            parameter_value=parameter_value,
+            parameter_end=parameter_end,
+            array_item=item,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+        )
+
     def call_boundaries(
         self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
     ) -> dict[str, str]:
@@ -319,12 +372,24 @@ class Prober:
         lead = self.plain_lead()
         block_and_start = before_name[len(common_prefix(lead, before_name)) :]
         call_end = strip_closing(after_single, self.close_candidates())
-        if after_first_in_double is not None:
-            call_end = common_prefix(call_end, after_first_in_double)
         if double is None:
+            if after_first_in_double is not None:
+                call_end = common_prefix(call_end, after_first_in_double)
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
+        opening = first_added_token(call_start, self.added_tokens)
+        if opening and call_start.index(opening) > 0 and call_start != block_and_start:
+            # a call starts at a token, not inside the block opener: MiniMax's `<tool_call>\n` and
+            # `</invoke>\n` both end in `>\n` before the namespace token that starts each call
+            call_start = call_start[call_start.index(opening) :]
+        if after_first_in_double is not None:
+            # what separates the two calls ends where the second one starts (calls sharing one block
+            # would otherwise lend the call end the first characters of the next call's start)
+            next_call = after_first_in_double.find(call_start + SECOND_TOOL) if call_start else -1
+            if next_call >= 0:
+                after_first_in_double = after_first_in_double[:next_call]
+            call_end = common_prefix(call_end, after_first_in_double)
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = ""
         if CONTENT in double:

@@ -49,6 +49,10 @@ class ToolCallFormat:
     ``json`` style: ``call_start`` NAME ``name_end`` ARGUMENTS-JSON ``call_end``.
     ``xml`` style: ``call_start`` NAME ``name_end`` then, per argument,
     ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end``, then ``call_end``.
+    ``xml_tags`` style: each argument is an element named by its key,
+    ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end`` KEY ``parameter_value``;
+    a VALUE is text or nested elements (an object), and elements all named ``array_item`` make
+    an array (MiniMax-M3).
     ``block_start`` opens the list of calls (before the first one), and
     ``content_separator`` separates content from the first call.
     """
@@ -62,3 +66,4 @@ class ToolCallFormat:
     parameter_end: str = ""
     block_start: str = ""
     content_separator: str = ""
+    array_item: str = ""
