@@ -63,17 +63,20 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
     return command
 
 
-def added_token_strings(tokenizer: Any, facts: TemplateFacts) -> frozenset[str]:
-    """The tokenizer's added tokens; without a tokenizer, the special-looking strings of the template."""
+def added_token_strings(tokenizer: Any, facts: TemplateFacts, declared: tuple[str, ...] = ()) -> frozenset[str]:
+    """The tokenizer's added tokens; without a tokenizer, the special-looking strings of the template
+    plus those an override declares (``added_tokens`` in its ``.json``)."""
     if tokenizer is not None:
         from rllm_renderers.tokenization import text_encoder_for
 
         return text_encoder_for(tokenizer).added_token_strings
     found = set(re.findall(r"<[|｜][^<>\s]{1,40}?[|｜]>|<(?:start|end)_of_\w+>", facts.source))
-    return frozenset(found | set(facts.special_tokens.values()))
+    return frozenset(found | set(facts.special_tokens.values()) | set(declared))
 
 
-def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features) -> ProbeFacts:
+def learn_turn_format(
+    renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features, declared: tuple[str, ...] = ()
+) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
     renderer = renderer_class(tokenizer)
     eos = (
@@ -81,7 +84,7 @@ def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, token
         if tokenizer is not None
         else compiled_facts.special_tokens.get("eos_token")
     )
-    facts = probe(renderer, added_token_strings(tokenizer, compiled_facts), eos)
+    facts = probe(renderer, added_token_strings(tokenizer, compiled_facts, declared), eos)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(facts, prefix_stable=stable, prefix_counterexample=counterexample)
 
@@ -124,7 +127,7 @@ def compile_source(
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
     features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
     try:
-        turn = learn_turn_format(first_pass, facts, tokenizer, features)
+        turn = learn_turn_format(first_pass, facts, tokenizer, features, source.added_tokens)
     except ProbeError as exc:
         raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
     code = emit_module(facts, spec, turn)

@@ -5,7 +5,8 @@ In order of preference:
 1. ``--template FILE`` (and ``--tokenizer DIR``) given explicitly;
 2. ``templates_overrides/<org>/<name>.jinja``: our own template for a model whose
    upstream one is missing or unusable (an optional ``<name>.json`` beside it names
-   the corpus tokenizer folder and any extra model ids sharing the template);
+   the corpus tokenizer folder, any extra model ids sharing the template and, for compiling
+   without a tokenizer, the tokenizer's added-token strings);
 3. a corpus folder laid out like ``../shared/corpus`` (``templates/MANIFEST.tsv``
    maps model ids to template files and tokenizer folders);
 4. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
@@ -34,6 +35,8 @@ class TemplateSource:
     tokenizer_dir: Path | None
     origin: str  # "file", "override", "corpus", "hub"
     model_ids: tuple[str, ...] = field(default=())  # every model id known to ship this template
+    # the tokenizer's added-token strings, as an override declares them for compiling without a tokenizer
+    added_tokens: tuple[str, ...] = field(default=())
 
     @property
     def display_name(self) -> str:
@@ -94,7 +97,10 @@ def resolve_source(
         if tokenizer_dir is None and corpus and metadata.get("corpus_tokenizer"):
             tokenizer_dir = corpus / "tokenizers" / metadata["corpus_tokenizer"]
         model_ids = (model_id, *metadata.get("also_models", []))
-        return TemplateSource(model_id, override, override.read_text(encoding="utf-8"), tokenizer_dir, "override", model_ids)
+        added_tokens = tuple(metadata.get("added_tokens", ()))
+        return TemplateSource(
+            model_id, override, override.read_text(encoding="utf-8"), tokenizer_dir, "override", model_ids, added_tokens
+        )
 
     if model_id in by_model:
         entry = by_model[model_id]

@@ -21,12 +21,15 @@ class Family:
     model_id: str
     template_file: str
     tokenizer: str
+    override: bool = False  # the template is ours, in templates_overrides/ (template_file is relative to it)
 
     @property
     def renderer_class(self) -> type:
         return getattr(importlib.import_module(f"generated.{self.module}"), self.class_name)
 
     def template_source(self) -> str:
+        if self.override:
+            return (REPO / "templates_overrides" / self.template_file).read_text(encoding="utf-8")
         return corpus_path("templates", self.template_file).read_text(encoding="utf-8")
 
     def load_tokenizer(self):
@@ -54,6 +57,10 @@ FAMILIES = [
     ),
     Family("gemma_3", "Gemma3Renderer", "google/gemma-3-27b-it", "google__gemma-3-27b-it.jinja", "gemma3"),
     Family("gpt_oss", "GptOssRenderer", "openai/gpt-oss-20b", "openai__gpt-oss-20b.jinja", "gptoss"),
+    # our own template; the corpus has only a synthetic tokenizer for it (structural token checks)
+    Family(
+        "minimax_m3", "MinimaxM3Renderer", "MiniMaxAI/MiniMax-M3", "MiniMaxAI/MiniMax-M3.jinja", "synthetic/minimax_m3", override=True
+    ),
 ]
 
 FAMILY_IDS = [family.module for family in FAMILIES]
