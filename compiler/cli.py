@@ -15,10 +15,11 @@ from .pipeline import (
     generate,
     load_generated_file,
     prepare_source,
+    reference_oracle,
     source_drifted,
     verify_compiled,
 )
-from .source import REPO_ROOT, read_corpus_manifest, resolve_source
+from .source import REPO_ROOT, override_paths, read_corpus_manifest, resolve_source
 
 GENERATED_DIR = REPO_ROOT / "generated"
 
@@ -36,6 +37,12 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         help="a special-token variable the template reads, when no tokenizer gives it (e.g. bos_token=<s>)",
     )
     parser.add_argument("--offline", action="store_true", help="never look at the Hugging Face Hub")
+    parser.add_argument(
+        "--oracle",
+        metavar="NAME",
+        help="also verify against a reference implementation: deepseek-encoder:v4, fireworks:<renderer> or "
+        "harmony (default: the one an override template names)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,9 +103,14 @@ def command_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         module=args.name,
         special_tokens=special_tokens_option(args.special_token),
+        oracle=args.oracle,
     )
     print(path)
     print(f"verified: {report.summary()}")
+    if report.reference is not None:
+        print(f"against {args.oracle or source.oracle}: {report.reference.summary()}")
+    for note in report.notes:
+        print(f"note: {note}")
     return 0
 
 
@@ -119,13 +131,24 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         print("  (no tokenizer: text-level only)")
     if not report.ok:
         print(report.failure.report())
-    return report.ok
+        return False
+    oracle_name = getattr(args, "oracle", None) or source.oracle
+    reference = reference_oracle(oracle_name, prepared)
+    if reference is None:
+        return True
+    against = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed, oracle=reference)
+    print(f"{path.name} against {oracle_name}: {against.summary()}")
+    if not against.ok:
+        print(against.disagreement_report())
+    return against.ok
 
 
 def command_verify(args: argparse.Namespace) -> int:
     if args.all:
         if args.corpus is None:
             raise CompileError("verify --all needs --corpus")
+        if args.oracle:
+            raise CompileError("verify --all uses each override's own oracle; give --oracle with --model")
         by_model = {}
         for path in generated_files(args.dir):
             for model_id in load_generated_file(path).MODEL_IDS:
@@ -139,6 +162,11 @@ def command_verify(args: argparse.Namespace) -> int:
             done.add(path)
             source = resolve_source(entry.model_id, corpus=args.corpus, allow_hub=False)
             results.append(verify_one(path, source, args))
+        for path in generated_files(args.dir):  # our own templates (templates_overrides/), not in the corpus
+            model_id = load_generated_file(path).MODEL_IDS[0]
+            if path not in done and override_paths(model_id)[0].is_file():
+                done.add(path)
+                results.append(verify_one(path, resolve_source(model_id, corpus=args.corpus, allow_hub=False), args))
         print(f"verified: {sum(results)}/{len(results)} models")
         return 0 if results and all(results) else 1
     source = source_from_args(args)

@@ -18,6 +18,7 @@ from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_mo
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
+from .oracles import OracleUnavailable
 from .probes import ProbeError, ProbeFacts, probe
 from .source import TemplateSource
 from .stability import measure_prefix_stability
@@ -159,16 +160,31 @@ def load_generated_file(path: Path) -> type:
     return classes[0]
 
 
-def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, seed: int) -> VerificationReport:
+def verify_compiled(
+    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None
+) -> VerificationReport:
+    """Check the class against its template, or against ``oracle`` (a reference that is not the
+    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied)."""
     return verify(
         renderer_class,
-        prepared.oracle,
+        prepared.oracle if oracle is None else oracle,
         tokenizer=prepared.tokenizer,
         cases=cases,
         seed_value=seed,
         knob_candidates=knob_candidates(prepared.facts.ast, prepared.facts.knobs),
         template_roles=compared_roles(prepared.facts.ast),
+        keep_going=oracle is not None,
     )
+
+
+def reference_oracle(name: str | None, prepared: Prepared) -> Any:
+    """The named reference oracle (``--oracle``, else the override's own), or None."""
+    name = name or prepared.source.oracle
+    if name is None:
+        return None
+    from .oracles import load_oracle
+
+    return load_oracle(name, prepared.tokenizer)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -192,13 +208,31 @@ def generate(
     seed: int,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
+    oracle: str | None = None,
 ) -> tuple[Path, VerificationReport]:
-    """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
+    """Compile, verify against the template and (when named, or named by the override) the
+    reference oracle, then write ``<out_dir>/<module>.py``; raises VerificationError on a mismatch.
+    The returned report is the template's; ``report.reference`` the oracle's, if one was run."""
     compiled = compile_source(source, module=module, special_tokens=special_tokens)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
+    try:
+        reference = reference_oracle(oracle, compiled)
+    except OracleUnavailable as exc:
+        if oracle is not None:  # asked for on the command line: its absence is an error
+            raise
+        reference = None  # named only by the override: say it was not run
+        report.notes.append(f"not verified against {compiled.source.oracle}: {exc}")
+    if reference is not None:
+        against_reference = verify_compiled(renderer_class, compiled, cases=cases, seed=seed, oracle=reference)
+        if not against_reference.ok:
+            raise VerificationError(
+                f"the renderer differs from {oracle or compiled.source.oracle}:\n{against_reference.disagreement_report()}",
+                template=compiled.facts.name,
+            )
+        report.reference = against_reference
     path = out_dir / f"{compiled.spec.module}.py"
     write_atomically(path, compiled.code)
     return path, report

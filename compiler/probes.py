@@ -287,15 +287,24 @@ class Prober:
             return self.xml_tags_style(single, double)
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
         # Several splits can fit; the natural one starts the parameter tag after the whitespace.
+        # The natural one starts the parameter tag after whitespace, the last such split that also
+        # ends the last parameter consistently (`<p name="k">` must not split at `name=`).
         shared = common_suffix(name_to_key, value_to_key)
         splits = range(len(name_to_key) - len(shared), len(name_to_key))
         natural = [i for i in splits if i > 0 and name_to_key[i - 1].isspace() and not name_to_key[i].isspace()]
-        split = natural[-1] if natural else splits[0] if splits else len(name_to_key)
+        after_last_value = single[value_b + len(VALUE_B) :]
+
+        def consistent(split: int) -> bool:
+            parameter_start = name_to_key[split:]
+            parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
+            return bool(parameter_start) and after_last_value.startswith(parameter_end)
+
+        candidates = [*reversed(natural), *splits[:1]]
+        split = next((i for i in candidates if consistent(i)), None)
+        if split is None:
+            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         name_end, parameter_start = name_to_key[:split], name_to_key[split:]
         parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
-        after_last_value = single[value_b + len(VALUE_B) :]
-        if not parameter_start or not after_last_value.startswith(parameter_end):
-            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         after_single = after_last_value[len(parameter_end) :]
         after_first_in_double = None
         if double is not None and VALUE_A in double:
@@ -378,11 +387,8 @@ class Prober:
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
-        opening = first_added_token(call_start, self.added_tokens)
-        if opening and call_start.index(opening) > 0 and call_start != block_and_start:
-            # a call starts at a token, not inside the block opener: MiniMax's `<tool_call>\n` and
-            # `</invoke>\n` both end in `>\n` before the namespace token that starts each call
-            call_start = call_start[call_start.index(opening) :]
+        if call_start != block_and_start:
+            call_start = self.whole_call_start(call_start)
         if after_first_in_double is not None:
             # what separates the two calls ends where the second one starts (calls sharing one block
             # would otherwise lend the call end the first characters of the next call's start)
@@ -402,6 +408,20 @@ class Prober:
             "block_start": block_start,
             "content_separator": separator,
         }
+
+    def whole_call_start(self, shared: str) -> str:
+        """The call start within ``shared``, the common end of the block opener and of the previous call.
+
+        Characters can be shared by accident: MiniMax's block opener ``<tool_call>\n`` and the previous
+        call's ``</invoke>\n`` both end in ``>\n``, DeepSeek-V4's ``<｜DSML｜tool_calls>\n`` and
+        ``</｜DSML｜invoke>\n`` too. A call starts on a new line, else at a token.
+        """
+        if "\n" in shared.rstrip("\n") and not shared.startswith("\n"):
+            return shared[shared.index("\n") + 1 :]
+        opening = first_added_token(shared, self.added_tokens)
+        if opening and shared.index(opening) > 0:
+            return shared[shared.index(opening) :]
+        return shared
 
     def plain_lead(self) -> str:
         """What a plain answer has before its content (an empty think block, a channel header)."""

@@ -5,8 +5,10 @@ In order of preference:
 1. ``--template FILE`` (and ``--tokenizer DIR``) given explicitly;
 2. ``templates_overrides/<org>/<name>.jinja``: our own template for a model whose
    upstream one is missing or unusable (an optional ``<name>.json`` beside it names
-   the corpus tokenizer folder, any extra model ids sharing the template and, for compiling
-   without a tokenizer, the tokenizer's added-token strings);
+   the corpus tokenizer folder, any extra model ids sharing the template, the
+   reference implementation the template was written from and, for compiling without a
+   tokenizer, the tokenizer's added-token strings, e.g.
+   ``{"corpus_tokenizer": "dsv4", "also_models": [...], "oracle": "deepseek-encoder:v4", "added_tokens": [...]}``);
 3. a corpus folder laid out like ``../shared/corpus`` (``templates/MANIFEST.tsv``
    maps model ids to template files and tokenizer folders);
 4. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
@@ -35,6 +37,7 @@ class TemplateSource:
     tokenizer_dir: Path | None
     origin: str  # "file", "override", "corpus", "hub"
     model_ids: tuple[str, ...] = field(default=())  # every model id known to ship this template
+    oracle: str | None = None  # a reference implementation to verify against too (override metadata)
     # the tokenizer's added-token strings, as an override declares them for compiling without a tokenizer
     added_tokens: tuple[str, ...] = field(default=())
 
@@ -65,10 +68,18 @@ def read_corpus_manifest(corpus: Path) -> list[CorpusEntry]:
 
 
 def override_paths(model_id: str) -> tuple[Path, Path]:
+    """The override template (and its metadata) for ``model_id``: its own, or one listing it in ``also_models``."""
     org, _, name = model_id.partition("/")
     folder = OVERRIDES_DIR / org if name else OVERRIDES_DIR
     stem = name or org
-    return folder / f"{stem}.jinja", folder / f"{stem}.json"
+    own = folder / f"{stem}.jinja", folder / f"{stem}.json"
+    if own[0].is_file():
+        return own
+    for metadata_path in sorted(OVERRIDES_DIR.glob("**/*.json")):
+        metadata = json.loads(metadata_path.read_text(encoding="utf-8"))
+        if model_id in metadata.get("also_models", []) and metadata_path.with_suffix(".jinja").is_file():
+            return metadata_path.with_suffix(".jinja"), metadata_path
+    return own
 
 
 def resolve_source(
@@ -96,10 +107,17 @@ def resolve_source(
         tokenizer_dir = tokenizer
         if tokenizer_dir is None and corpus and metadata.get("corpus_tokenizer"):
             tokenizer_dir = corpus / "tokenizers" / metadata["corpus_tokenizer"]
-        model_ids = (model_id, *metadata.get("also_models", []))
-        added_tokens = tuple(metadata.get("added_tokens", ()))
+        primary = override.relative_to(OVERRIDES_DIR).with_suffix("").as_posix()
+        model_ids = tuple(dict.fromkeys((primary, *metadata.get("also_models", []))))
         return TemplateSource(
-            model_id, override, override.read_text(encoding="utf-8"), tokenizer_dir, "override", model_ids, added_tokens
+            model_id,
+            override,
+            override.read_text(encoding="utf-8"),
+            tokenizer_dir,
+            "override",
+            model_ids,
+            metadata.get("oracle"),
+            tuple(metadata.get("added_tokens", ())),
         )
 
     if model_id in by_model:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
 from .oracle import OracleRejected, TemplateOracle
 
@@ -46,6 +48,10 @@ class VerificationReport:
     rejected_alike: int = 0  # cases the template and the renderer both refused
     failure: Failure | None = None
     notes: list[str] = field(default_factory=list)
+    # keep-going runs (against a reference that is not the template): every differing case
+    disagreements: list[Failure] = field(default_factory=list)
+    feature_counts: Counter = field(default_factory=Counter)  # features over all checked cases
+    reference: VerificationReport | None = None  # the same class against a reference oracle (generate)
 
     @property
     def ok(self) -> bool:
@@ -57,6 +63,16 @@ class VerificationReport:
             parts.append(f"tokens: {self.tokens_matched}/{self.tokens_checked} match")
         parts.append(f"({self.rejected_alike} rejected alike)")
         return ", ".join(parts)
+
+    def disagreement_report(self) -> str:
+        """Where a keep-going run differed: a feature table, then the smallest differing case."""
+        if not self.disagreements:
+            return ""
+        cases = [failure.case for failure in self.disagreements]
+        lines = disagreement_table(cases, self.feature_counts, self.text_checked)
+        smallest = min(self.disagreements, key=lambda failure: len(failure.case.describe()))
+        lines += ["", smallest.report()]
+        return "\n".join(lines)
 
 
 def features_for(
@@ -184,17 +200,34 @@ def verify(
     seed_value: int = 0,
     knob_candidates: dict[str, tuple] | None = None,
     template_roles: tuple[str, ...] = (),
+    keep_going: bool = False,
 ) -> VerificationReport:
-    """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk)."""
+    """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk).
+
+    With ``keep_going`` (for a reference that is not the template) every case is checked and
+    each disagreement recorded with its conversation features (``report.disagreements``).
+    """
     checker = DifferentialChecker(renderer_class, oracle, tokenizer)
     features = features_for(renderer_class, knob_candidates or {}, template_roles)
-    for case in fixed_edge_cases(features):
+    report = checker.report
+
+    def check_and_record(case: Case) -> Failure | None:
         failure = checker.check(case)
+        if keep_going:
+            report.feature_counts.update(case_features(case))
+            if failure is not None:
+                report.disagreements.append(failure)
+                report.failure = report.failure or failure
+                return None
+        return failure
+
+    for case in fixed_edge_cases(features):
+        failure = check_and_record(case)
         if failure is not None:
-            checker.report.failure = failure
-            return checker.report
+            report.failure = failure
+            return report
     if cases <= 0:
-        return checker.report
+        return report
 
     failures: list[Failure] = []
 
@@ -211,7 +244,7 @@ def verify(
     @seed(seed_value)
     @given(conversation_cases(features))
     def property_holds(case: Case) -> None:
-        failure = checker.check(case)
+        failure = check_and_record(case)
         if failure is not None:
             failures.append(failure)
             raise AssertionError(failure.reason)

@@ -1,8 +1,8 @@
 """The Fireworks cookbook's message-level renderers as oracles (``--oracle fireworks:<name>``).
 
 The renderer package (``training/renderer`` of fw-ai/cookbook, on top of tinker-cookbook) is
-imported in place from ``$RLLM_ORACLES/fireworks-cookbook`` (default ``../shared/oracles``
-relative to the repository root); nothing of it is copied here. It needs tinker,
+imported in place from ``fireworks-cookbook/`` of the oracles folder (``$RLLM_ORACLES``, default
+``../shared/oracles`` next to the repository); nothing of it is copied here. It needs tinker,
 tinker-cookbook and a CPU torch (the ``tinker`` extra, see scripts/setup.sh).
 
 OpenAI-format conversations reach a renderer exactly as ``../shared/corpus/golden/README.md``
@@ -32,45 +32,31 @@ renderer that refuses a conversation (any exception while rendering) gives
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..oracle import EMPTY_CONVERSATION_MESSAGE, OracleRejected
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def oracles_dir() -> Path:
-    """``$RLLM_ORACLES``, else ``../shared/oracles`` relative to the repository root."""
-    return Path(os.environ.get("RLLM_ORACLES", REPO_ROOT.parent / "shared" / "oracles"))
+from . import OracleUnavailable, import_in_place, oracle_folder
 
 
 def import_fireworks_renderers() -> None:
-    """Import ``training.renderer`` from the oracle folder, registering its renderers with tinker.
+    """Import ``training.renderer`` from the oracles folder, registering its renderers with tinker.
 
-    Raises ImportError naming what is missing (the folder, or tinker / tinker-cookbook / torch).
+    Raises OracleUnavailable naming what is missing (the folder, or tinker / tinker-cookbook / torch).
     """
-    folder = oracles_dir() / "fireworks-cookbook"
-    if not (folder / "training" / "renderer" / "__init__.py").is_file():
-        raise ImportError(
-            f"the Fireworks cookbook renderers are not at {folder} (set RLLM_ORACLES to the folder holding fireworks-cookbook/)"
-        )
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+    folder = oracle_folder("fireworks-cookbook")
     try:
-        import training.renderer  # noqa: F401  (registers every renderer with tinker-cookbook)
-    except ImportError as exc:
-        raise ImportError(
-            f"cannot import the Fireworks renderers from {folder}: {exc} "
-            "(they need tinker, tinker-cookbook and torch: pip install -e '.[tinker]' and "
-            "pip install --no-deps tinker-cookbook==0.6.1)"
-        ) from exc
+        import_in_place(folder, "training.renderer")  # registers every renderer with tinker-cookbook
+    except OracleUnavailable as exc:
+        raise OracleUnavailable(
+            f"{exc} (the Fireworks renderers need tinker, tinker-cookbook and torch: pip install -e '.[tinker]' "
+            "and pip install --no-deps tinker-cookbook==0.6.1)"
+        ) from None
     loaded = getattr(sys.modules["training"], "__file__", None) or ""
     if not str(Path(loaded).resolve()).startswith(str(folder.resolve())):
-        raise ImportError(f"a different `training` package is already imported ({loaded}), not the one in {folder}")
+        raise OracleUnavailable(f"a different `training` package is already imported ({loaded}), not the one in {folder}")
 
 
 # ---------------------------------------------------------------- variants
@@ -221,7 +207,10 @@ class FireworksOracle:
 
     def __init__(self, name: str, tokenizer: Any):
         if tokenizer is None:
-            raise ValueError(f"fireworks:{name} renders token ids; it needs a tokenizer (a synthetic one is fine)")
+            raise OracleUnavailable(
+                f"fireworks:{name} renders token ids, so it needs a tokenizer (a synthetic one is fine: "
+                "--corpus for an override's corpus tokenizer, or --tokenizer)"
+            )
         import_fireworks_renderers()
         from tinker_cookbook.renderers import get_renderer
 
