@@ -18,7 +18,8 @@ made:
 * with a tools list, a leading system message is taken out and its content becomes the
   ``system_prompt`` of ``create_conversation_prefix_with_tools`` (the cookbook's
   ``build_tool_prefixed_messages`` folding, including its rule that an explicitly empty system
-  message is put back after the prefix for renderers that ask for it);
+  message is put back after the prefix for renderers that ask for it, and tools are dropped for a
+  renderer that has no tool declarations, e.g. ``minimax_m2``);
 * ``add_generation_prompt=True`` renders with ``build_generation_prompt`` (role assistant, no
   prefill), otherwise with ``build_supervised_example`` (the model-input tokens).
 
@@ -179,10 +180,18 @@ def to_fireworks_message(message: Mapping[str, Any], index: int) -> dict[str, An
     return converted
 
 
+def declares_tools(renderer: Any) -> bool:
+    """Whether the renderer implements tool declarations; the cookbook drops ``tools`` for one that
+    does not (tinker's base ``create_conversation_prefix_with_tools`` raises NotImplementedError)."""
+    from tinker_cookbook.renderers.base import Renderer
+
+    return type(renderer).create_conversation_prefix_with_tools is not Renderer.create_conversation_prefix_with_tools
+
+
 def fold_tools(renderer: Any, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[dict[str, Any]]:
     """Prepend the renderer's tool-declaration prefix, folding a leading system message into it."""
     functions = [tool["function"] for tool in tools or () if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping)]
-    if not functions:
+    if not functions or not declares_tools(renderer):
         return messages
     messages = list(messages)
     system_prompt = ""
