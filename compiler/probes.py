@@ -162,8 +162,14 @@ class Prober:
     def reasoning_format(self) -> ReasoningFormat | None:
         with_reasoning = self.completion({"role": "assistant", "content": CONTENT, "reasoning_content": REASONING})
         if with_reasoning is None or REASONING not in with_reasoning:
-            self.notes.append("the template does not render reasoning_content of the last assistant turn")
-            return None
+            learned = self.reasoning_from_tool_turn()
+            if learned is None:
+                self.notes.append("the template does not render reasoning_content of the last assistant turn")
+            else:
+                self.notes.append(
+                    "reasoning markers learned from a tool-calling turn (the template drops a final answer's reasoning)"
+                )
+            return learned
         prompt = self.generation_prompt_context() or ""
         before = with_reasoning[: with_reasoning.index(REASONING)]
         between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
@@ -195,6 +201,36 @@ class Prober:
         close_marker, after_close = split_trailing_space(close_marker_and_space)
         if not close_marker:
             raise ProbeError(f"no marker ends the reasoning (between: {between!r})")
+        return ReasoningFormat(
+            open=open_marker.strip(),
+            close=close_marker,
+            after_open=after_open,
+            before_close=before_close,
+            after_close=after_close,
+            content_start=content_start,
+        )
+
+    def reasoning_from_tool_turn(self) -> ReasoningFormat | None:
+        """Reasoning markers from a tool-calling turn, for templates that keep reasoning only in an
+        unfinished tool cycle (harmony drops a final answer's analysis): the turn with reasoning is
+        the turn without it plus OPEN reasoning CLOSE in front."""
+        calls = [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]
+        with_reasoning = self.completion({"role": "assistant", "content": None, "reasoning_content": REASONING, "tool_calls": calls})
+        without = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        if not with_reasoning or not without or REASONING not in with_reasoning or FIRST_TOOL not in without:
+            return None
+        prefix = common_prefix(with_reasoning, without)
+        suffix = common_suffix(with_reasoning[len(prefix) :], without[len(prefix) :])
+        middle = with_reasoning[len(prefix) : len(with_reasoning) - len(suffix)]
+        if REASONING not in middle:
+            return None
+        open_marker, after_open = split_trailing_space(middle[: middle.index(REASONING)])
+        before_close, close_and_after = split_leading_space(middle[middle.index(REASONING) + len(REASONING) :])
+        close_marker, after_close = split_trailing_space(close_and_after)
+        if not open_marker.strip() or not close_marker:
+            return None
+        lead = self.plain_lead()
+        content_start = lead if lead.strip() and open_marker not in lead else ""
         return ReasoningFormat(
             open=open_marker.strip(),
             close=close_marker,
@@ -397,17 +433,17 @@ class Prober:
                 after_first_in_double = after_first_in_double[:next_call]
             call_end = common_prefix(call_end, after_first_in_double)
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
-        separator = ""
+        separator = content_start = ""
         if CONTENT in double:
             lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
             if lead_text.endswith(block_and_start):
                 separator = lead_text[: len(lead_text) - len(block_and_start)]
-        return {
-            "call_start": call_start,
-            "call_end": call_end,
-            "block_start": block_start,
-            "content_separator": separator,
-        }
+            # a header only a tool-calling turn's content gets (gpt-oss harmony's commentary preamble)
+            before_content = double[: double.index(CONTENT)]
+            if before_content.strip() and before_content != lead and not lead.endswith(before_content):
+                content_start = before_content
+        found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_separator": separator}
+        return {**found, "content_start": content_start} if content_start else found
 
     def whole_call_start(self, shared: str) -> str:
         """The call start within ``shared``, the common end of the block opener and of the previous call.

@@ -54,7 +54,9 @@ class ToolCallFormat:
     a VALUE is text or nested elements (an object), and elements all named ``array_item`` make
     an array (MiniMax-M3).
     ``block_start`` opens the list of calls (before the first one), and
-    ``content_separator`` separates content from the first call.
+    ``content_separator`` separates content from the first call; ``content_start`` is a header
+    the template writes before the content of a tool-calling turn only (gpt-oss in harmony: a
+    ``commentary`` preamble).
     """
 
     style: str
@@ -67,3 +69,4 @@ class ToolCallFormat:
     block_start: str = ""
     content_separator: str = ""
     array_item: str = ""
+    content_start: str = ""

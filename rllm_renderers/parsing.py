@@ -74,6 +74,8 @@ def parse_text(
     if tool_calls is None:
         return TextParse(text[position:], reasoning_text, reasoning_complete)
     calls = find_calls(text, position, tool_calls, tools)
+    if calls and tool_calls.content_start and text.startswith(tool_calls.content_start, position):
+        position += len(tool_calls.content_start)
     content_end = calls[0].start if calls else len(text)
     content = text[position:content_end]
     if calls:
@@ -100,7 +102,8 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
     if name_end < 0:
         return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
-    name = text[name_at:name_end].strip()
+    # between explicit delimiters the name is exactly what the template wrote
+    name = text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip()
     body_at = name_end + len(syntax.name_end)
     if syntax.style == "xml":
         call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)

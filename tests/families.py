@@ -57,6 +57,10 @@ FAMILIES = [
     ),
     Family("gemma_3", "Gemma3Renderer", "google/gemma-3-27b-it", "google__gemma-3-27b-it.jinja", "gemma3"),
     Family("gpt_oss", "GptOssRenderer", "openai/gpt-oss-20b", "openai__gpt-oss-20b.jinja", "gptoss"),
+    # our own: gpt-oss exactly as openai-harmony renders it, beside the HF template's renderer
+    Family(
+        "gpt_oss_harmony", "GptOssHarmonyRenderer", "openai/gpt-oss-harmony", "openai/gpt-oss-harmony.jinja", "gptoss", override=True
+    ),
     # our own template; the corpus has only a synthetic tokenizer for it (structural token checks)
     Family(
         "minimax_m3", "MinimaxM3Renderer", "MiniMaxAI/MiniMax-M3", "MiniMaxAI/MiniMax-M3.jinja", "synthetic/minimax_m3", override=True
