@@ -203,3 +203,13 @@ def test_the_harmony_override_renders_what_harmony_renders(oracles):
         assert any(token in special_ids for token in actual[first : first + 2]), failure.report()
         assert expected[first] not in special_ids, failure.report()
     assert report.tokens_matched >= CASES // 4
+
+
+def test_resolve_selects_the_harmony_renderer_by_name_and_the_template_one_by_default():
+    from rllm_renderers import resolve
+
+    tokenizer = FAMILY.load_tokenizer()
+    harmony = resolve("openai/gpt-oss-20b", tokenizer, renderer="gpt_oss_harmony")
+    assert (harmony.source, type(harmony.renderer).__name__) == ("generated", "GptOssHarmonyRenderer")
+    default = resolve("openai/gpt-oss-20b", tokenizer)
+    assert type(default.renderer).__name__ != "GptOssHarmonyRenderer"

@@ -175,3 +175,13 @@ def test_parser_reads_what_the_fireworks_renderer_writes():
     full = oracle.render_ids(history + [{"role": "assistant", "content": "", "tool_calls": [call]}], tools=TOOLS)
     parsed = renderer.parse_response(full[len(prompt) :], tools=TOOLS, prompt_ids=prompt)
     assert [(c.name, c.arguments, c.status.value) for c in parsed.tool_calls] == [("search", CARRIED, "ok")]
+
+
+def test_resolve_prefers_the_generated_renderer_over_the_fireworks_one():
+    from rllm_renderers import resolve
+
+    resolution = resolve("MiniMaxAI/MiniMax-M3", FAMILY.load_tokenizer(), chat_template_kwargs={"thinking_mode": "enabled"})
+    assert (resolution.source, type(resolution.renderer).__name__) == ("generated", "MinimaxM3Renderer")
+    assert resolution.renderer.render_text([{"role": "user", "content": "Hi"}], add_generation_prompt=True).endswith(
+        "]~b]ai\n<mm:think>"
+    )
