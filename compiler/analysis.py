@@ -182,8 +182,11 @@ def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tu
         names = [operand.name for operand in operands if isinstance(operand, nodes.Name) and operand.name in candidates]
         for name in names:
             for operand in operands:
-                if isinstance(operand, nodes.Const) and operand.value not in candidates[name]:
-                    candidates[name].append(operand.value)
+                # `knob == 'x'`, and `knob in ['x', 'y']`
+                items = operand.items if isinstance(operand, (nodes.List, nodes.Tuple)) else [operand]
+                for item in items:
+                    if isinstance(item, nodes.Const) and item.value not in candidates[name]:
+                        candidates[name].append(item.value)
     for values in candidates.values():
         values.extend(guess for guess in KNOB_GUESSES if guess not in values)
     return {knob: tuple(values) for knob, values in candidates.items()}

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import CompileError
+from .oracles import OracleUnavailable
 from .pipeline import (
     compile_source,
     ensure_importable,
@@ -133,7 +134,11 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         print(report.failure.report())
         return False
     oracle_name = getattr(args, "oracle", None) or source.oracle
-    reference = reference_oracle(oracle_name, prepared)
+    try:
+        reference = reference_oracle(oracle_name, prepared)
+    except OracleUnavailable as exc:
+        print(f"{path.name}: cannot check against {oracle_name}: {exc}")
+        return False
     if reference is None:
         return True
     against = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed, oracle=reference)

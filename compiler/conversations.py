@@ -46,6 +46,9 @@ TRICKY_FRAGMENTS: tuple[str, ...] = (
     "<｜tool▁call▁begin｜>",
     "<｜tool▁calls▁end｜>",
     "<｜Assistant｜>",
+    "<｜User｜>",
+    '<｜DSML｜invoke name="f">',
+    "<tool_result>",
     "{{",
     "}}",
     "{%",
@@ -220,17 +223,23 @@ def _tool_result(draw, call: dict | None) -> dict:
 def _endless_conversation(draw, features: ConversationFeatures, tool_names: list[str], with_system: bool):
     """Yield a well-formed conversation one message at a time, drawing each only when it is asked for.
 
-    Turns are a user message, zero to two tool-call rounds (an assistant message
-    with tool calls, then one tool result per call) and a final assistant reply.
+    Turns are a user message (sometimes after a developer message, when the template
+    has that role), zero to two tool-call rounds (an assistant message with tool calls,
+    then one tool result per call, sometimes out of call order) and a final assistant reply.
     """
     if with_system:
         yield {"role": "system", "content": draw(TEXT)}
     while True:
+        if "developer" in features.roles and draw(st.sampled_from((False, False, False, True))):
+            yield {"role": "developer", "content": draw(TEXT)}
         yield {"role": "user", "content": draw(TEXT)}
         for _ in range(draw(st.integers(0, 2)) if features.tool_calls else 0):
             assistant = draw(_assistant(features, tool_names, calls=True))
             yield assistant
-            for call in assistant["tool_calls"]:
+            calls = assistant["tool_calls"]
+            if len(calls) > 1 and draw(st.booleans()):
+                calls = draw(st.permutations(calls))  # results may come back in any order
+            for call in calls:
                 yield draw(_tool_result(call))
         yield draw(_assistant(features, tool_names, calls=False))
 
@@ -269,16 +278,23 @@ def _odd(draw, features: ConversationFeatures, tool_names: list[str]) -> list[di
     """A structurally odd conversation: a well-formed one with one defect, or random roles.
 
     Defects: two users in a row, a system message in the middle, an assistant
-    (or a tool result) first. Templates that check structure reject these.
+    (or a tool result) first, a tool result whose id answers no call. Templates that
+    check structure reject these.
     """
     defects = ["random_roles", "consecutive_users"]
     defects += [role for role in ("system", "assistant", "tool") if role in features.roles]
+    if "tool" in features.roles and features.tool_calls:
+        defects.append("unknown_tool_call_id")
     defect = draw(st.sampled_from(defects))
     if defect == "random_roles":
         return draw(_random_roles(features, tool_names))
     messages = draw(_well_formed(features, tool_names))
-    if defect == "consecutive_users":
-        after = draw(st.sampled_from([i for i, m in enumerate(messages) if m["role"] == "user"]))
+    results = [i for i, m in enumerate(messages) if m["role"] == "tool"]
+    if defect == "unknown_tool_call_id" and results:
+        messages[draw(st.sampled_from(results))]["tool_call_id"] = draw(_CALL_ID)
+    elif defect == "consecutive_users":
+        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        after = draw(st.sampled_from(users)) if users else -1  # a lone developer message has no user yet
         messages.insert(after + 1, {"role": "user", "content": draw(TEXT)})
     elif defect == "system":  # anywhere but first
         messages.insert(draw(st.integers(1, len(messages))), {"role": "system", "content": draw(TEXT)})

@@ -57,8 +57,8 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:
     command = f"python -m compiler generate --model {source.model_id}"
-    if source.origin == "corpus":
-        command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"
+    if source.origin == "corpus" or (source.origin == "override" and source.tokenizer_dir is not None):
+        command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"  # an override's tokenizer comes from the corpus too
     if module and module != family_module_name(source.model_id):
         command += f" --name {module}"
     return command

@@ -175,10 +175,12 @@ class Prober:
         between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
         open_marker, after_open = split_trailing_space(before)
         if not open_marker.strip():
-            # the generation prompt already opened the reasoning block (a prefilled <think>)
-            open_marker, after_open = split_trailing_space(
-                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :]
+            # the generation prompt already opened the reasoning block (a prefilled <think>); a template
+            # without a generation flag (DeepSeek-V4) writes it after every trailing user turn
+            prefill = (
+                prompt[len(common_prefix(prompt, self.render([USER]) or "")) :] or self.renderer.generation_prompt()
             )
+            open_marker, after_open = split_trailing_space(prefill)
             open_marker = last_marker(open_marker, self.added_tokens)
         before_close, close_and_after = split_leading_space(between)
         # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
@@ -187,6 +189,7 @@ class Prober:
         content_start = plain[: plain.index(CONTENT)] if CONTENT in plain else ""
         if (
             content_start
+            and len(close_and_after) > len(content_start)  # else the content start is the close itself
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
@@ -352,6 +355,7 @@ class Prober:
             name_end=name_end,
             parameter_start=parameter_start,
             parameter_value=parameter_value,
+            parameter_value_json=self.json_parameter_value(parameter_value),
             parameter_end=parameter_end,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
@@ -404,6 +408,17 @@ class Prober:
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
+    def json_parameter_value(self, parameter_value: str) -> str:
+        """The key-to-value text before a non-string value, when the template marks JSON values
+        differently (``string="false"``); "" when it writes the same as for a string."""
+        number = 424242
+        typed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: number}, "c1")])
+        if typed is None or KEY_A not in typed or str(number) not in typed:
+            return ""
+        key_a = typed.index(KEY_A, typed.index(FIRST_TOOL))
+        separator = typed[key_a + len(KEY_A) : typed.index(str(number), key_a)]
+        return separator if separator != parameter_value else ""
+
     def call_boundaries(
         self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
     ) -> dict[str, str]:
@@ -417,21 +432,17 @@ class Prober:
         lead = self.plain_lead()
         block_and_start = before_name[len(common_prefix(lead, before_name)) :]
         call_end = strip_closing(after_single, self.close_candidates())
+        if after_first_in_double is not None:
+            shared_end = common_prefix(call_end, after_first_in_double)
+            # calls sharing one block (DeepSeek-V4: `</invoke>\n<invoke` vs `</invoke>\n</tool_calls>`)
+            # agree on part of the next tag; the call ends before the whitespace in front of it
+            call_end = shared_end if shared_end == call_end else before_partial_tag(shared_end)
         if double is None:
-            if after_first_in_double is not None:
-                call_end = common_prefix(call_end, after_first_in_double)
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
-        if call_start != block_and_start:
-            call_start = self.whole_call_start(call_start)
-        if after_first_in_double is not None:
-            # what separates the two calls ends where the second one starts (calls sharing one block
-            # would otherwise lend the call end the first characters of the next call's start)
-            next_call = after_first_in_double.find(call_start + SECOND_TOOL) if call_start else -1
-            if next_call >= 0:
-                after_first_in_double = after_first_in_double[:next_call]
-            call_end = common_prefix(call_end, after_first_in_double)
+        if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace():
+            call_start = after_partial_tag(call_start)  # `>\n<invoke name="` -> `<invoke name="`
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
         if CONTENT in double:
@@ -444,20 +455,6 @@ class Prober:
                 content_start = before_content
         found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_separator": separator}
         return {**found, "content_start": content_start} if content_start else found
-
-    def whole_call_start(self, shared: str) -> str:
-        """The call start within ``shared``, the common end of the block opener and of the previous call.
-
-        Characters can be shared by accident: MiniMax's block opener ``<tool_call>\n`` and the previous
-        call's ``</invoke>\n`` both end in ``>\n``, DeepSeek-V4's ``<｜DSML｜tool_calls>\n`` and
-        ``</｜DSML｜invoke>\n`` too. A call starts on a new line, else at a token.
-        """
-        if "\n" in shared.rstrip("\n") and not shared.startswith("\n"):
-            return shared[shared.index("\n") + 1 :]
-        opening = first_added_token(shared, self.added_tokens)
-        if opening and shared.index(opening) > 0:
-            return shared[shared.index(opening) :]
-        return shared
 
     def plain_lead(self) -> str:
         """What a plain answer has before its content (an empty think block, a channel header)."""
@@ -485,7 +482,7 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         reasoning=reasoning,
         tool_calls=tools,
         notes=tuple(prober.notes),
-        generation_prompt=prompt[len(base) :] if prompt.startswith(base) else "",
+        generation_prompt=(prompt[len(base) :] if prompt.startswith(base) else "") or renderer.generation_prompt(),
     )
 
 
@@ -504,6 +501,22 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def before_partial_tag(text: str) -> str:
+    """``text`` without a trailing fragment that follows its last whitespace (and that whitespace)."""
+    last_space = max((at for at, char in enumerate(text) if char.isspace()), default=-1)
+    if last_space < 0 or text[-1].isspace():
+        return text
+    return text[:last_space].rstrip() or text
+
+
+def after_partial_tag(text: str) -> str:
+    """``text`` without a leading fragment that precedes its first whitespace (and that whitespace)."""
+    first_space = next((at for at, char in enumerate(text) if char.isspace()), -1)
+    if first_space <= 0:
+        return text
+    return text[first_space:].lstrip() or text
 
 
 def split_trailing_space(text: str) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
 from .oracle import OracleRejected, TemplateOracle
 
-DEFAULT_ROLES = ("system", "user", "assistant", "tool")
+DEFAULT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass

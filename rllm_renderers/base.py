@@ -231,7 +231,7 @@ class GeneratedRenderer(ABC):
         token_ids, offsets = self.encoder.encode_with_offsets(text)
         spans = out.message_spans()
         message_ranges = self._message_ranges(text, spans)
-        sampled_ranges = self._sampled_ranges(text, message_ranges, messages)
+        sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
         content_ranges = sampled_ranges + self._body_ranges(text, message_ranges, messages)
         message_indices = []
         span = 0
@@ -256,8 +256,14 @@ class GeneratedRenderer(ABC):
                 ranges[index] = (start, end)
         return ranges
 
-    def _sampled_ranges(self, text: str, message_ranges, messages: list[Message]) -> list[tuple[int, int]]:
-        """Per assistant message: from the end of its header (the generation prompt) through its close."""
+    def _sampled_ranges(
+        self, text: str, message_ranges, messages: list[Message], token_starts: set[int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Per assistant message: from the end of its header (the generation prompt) through its close.
+
+        The header ends on a token boundary: a turn written without the header (DeepSeek-V4 after a
+        system message) may share a character or two with it (``<`` of ``</think>``), not a token.
+        """
         prompt = self.generation_prompt()
         ranges = []
         for index, (start, end) in message_ranges.items():
@@ -267,6 +273,8 @@ class GeneratedRenderer(ABC):
             header = 0
             while header < min(len(prompt), len(body)) and body[header] == prompt[header]:
                 header += 1
+            while token_starts is not None and 0 < header < len(body) and start + header not in token_starts:
+                header -= 1
             close_end = end - len(self.TURN.after_close) if body.endswith(self.TURN.after_close) else end
             ranges.append((start + header, close_end))
         return ranges
@@ -289,12 +297,23 @@ class GeneratedRenderer(ABC):
         return self.PREFIX_STABLE
 
     def generation_prompt(self) -> str:
-        """What ``add_generation_prompt=True`` appends (for this instance's knobs)."""
+        """What ``add_generation_prompt=True`` appends (for this instance's knobs).
+
+        A template without a generation flag (DeepSeek-V4's encoder always opens the assistant
+        turn after a trailing user message) appends nothing; its prompt is then what it writes
+        after the last message.
+        """
         if self._generation_prompt is None:
             probe = [{"role": "user", "content": "Hello."}]
             without = self.render_text(probe)
-            with_prompt = self.render_text(probe, add_generation_prompt=True)
-            self._generation_prompt = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
+            output = self._render_output(probe, None, True)
+            with_prompt = output.text()
+            prompt = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
+            if not prompt and with_prompt == without:
+                spans = output.message_spans()
+                if spans[-1][1] == -1 and any(index >= 0 for _, index in spans):
+                    prompt = with_prompt[spans[-1][0] :]
+            self._generation_prompt = prompt
         return self._generation_prompt
 
     def get_stop_token_ids(self) -> list[int]:

@@ -49,6 +49,8 @@ class ToolCallFormat:
     ``json`` style: ``call_start`` NAME ``name_end`` ARGUMENTS-JSON ``call_end``.
     ``xml`` style: ``call_start`` NAME ``name_end`` then, per argument,
     ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end``, then ``call_end``.
+    A template that marks which values are JSON writes ``parameter_value_json`` instead of
+    ``parameter_value`` before them (DeepSeek-V4: ``string="false"`` against ``string="true"``).
     ``xml_tags`` style: each argument is an element named by its key,
     ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end`` KEY ``parameter_value``;
     a VALUE is text or nested elements (an object), and elements all named ``array_item`` make
@@ -66,6 +68,7 @@ class ToolCallFormat:
     parameter_start: str = ""
     parameter_value: str = ""
     parameter_end: str = ""
+    parameter_value_json: str = ""
     block_start: str = ""
     content_separator: str = ""
     array_item: str = ""

@@ -147,20 +147,26 @@ def _parse_xml_arguments(
     arguments: dict[str, Any] = {}
     types = _parameter_types(tools, name)
     while True:
-        if text.startswith(syntax.call_end, position):
-            end = position + len(syntax.call_end)
+        # a call without parameters may keep the blank line between its name and its end
+        if text.startswith(syntax.call_end, _skip_space(text, position)):
+            end = _skip_space(text, position) + len(syntax.call_end)
             return TextCall(text[start:end], start, end, name, arguments)
         if not text.startswith(syntax.parameter_start, position):
             status = ToolCallParseStatus.UNCLOSED_BLOCK if position >= len(text) else ToolCallParseStatus.MALFORMED_STRUCTURE
             return TextCall(text[start:position], start, position, name, arguments, status)
         key_at = position + len(syntax.parameter_start)
-        key_end = text.find(syntax.parameter_value, key_at)
-        value_end = text.find(syntax.parameter_end, key_end + len(syntax.parameter_value)) if key_end >= 0 else -1
+        key_end, separator = _parameter_separator(text, key_at, syntax)
+        value_end = text.find(syntax.parameter_end, key_end + len(separator)) if key_end >= 0 else -1
         if key_end < 0 or value_end < 0:
             return TextCall(text[start:], start, len(text), name, arguments, ToolCallParseStatus.UNCLOSED_BLOCK)
         key = text[key_at:key_end]
-        raw_value = text[key_end + len(syntax.parameter_value) : value_end]
-        arguments[key] = _xml_value(raw_value, types.get(key))
+        raw_value = text[key_end + len(separator) : value_end]
+        if not syntax.parameter_value_json:
+            arguments[key] = _xml_value(raw_value, types.get(key))
+        elif separator == syntax.parameter_value_json:
+            arguments[key] = _xml_value(raw_value, None)  # JSON, or the raw text when it does not parse
+        else:  # marked as a string by the template's own syntax
+            arguments[key] = raw_value
         position = value_end + len(syntax.parameter_end)
 
 
@@ -227,6 +233,13 @@ def _json_or_text(raw: str) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError:
         return raw
+
+
+def _parameter_separator(text: str, key_at: int, syntax: ToolCallFormat) -> tuple[int, str]:
+    """Where the parameter's key ends and the separator found there (the string or the JSON one)."""
+    found = [(text.find(separator, key_at), separator) for separator in (syntax.parameter_value, syntax.parameter_value_json)]
+    found = [(at, separator) for at, separator in found if separator and at >= 0]
+    return min(found, key=lambda item: (item[0], -len(item[1]))) if found else (-1, syntax.parameter_value)
 
 
 def _xml_value(raw: str, declared_type: Any) -> Any:

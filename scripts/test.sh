@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RLLM_CORPUS="${RLLM_CORPUS:-$(cd .. && pwd)/shared/corpus}"
+export RLLM_ORACLES="${RLLM_ORACLES:-$(cd .. && pwd)/shared/oracles}"
 export HF_HUB_OFFLINE=1
 .venv/bin/python -m compiler check --corpus "$RLLM_CORPUS"
 .venv/bin/python -m compiler verify --all --corpus "$RLLM_CORPUS" --cases "${VERIFY_CASES:-500}"

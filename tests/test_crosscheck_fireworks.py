@@ -46,14 +46,26 @@ def no_tools(case) -> bool:
     return not case.tools and not any(m.get("tool_calls") or m["role"] == "tool" for m in case.messages)
 
 
-def test_gemma4_template_and_renderer_agree_on_every_conversation_without_tool_calls():
-    """They part only after tool results: the template closes the model turn after the tool
-    responses and writes the next assistant message's text outside any turn (`<turn|>` twice,
-    its reasoning dropped), the renderer keeps one model turn (as the golden README documents).
-    The template deviates: its output after a tool round is not a well-formed turn."""
+def reasoning_after_the_last_user(case) -> bool:
+    roles = [m["role"] for m in case.messages]
+    last_user = max((i for i, role in enumerate(roles) if role == "user"), default=-1)
+    return any(m.get("reasoning_content") is not None for m in case.messages[last_user + 1 :])
+
+
+def test_gemma4_template_and_renderer_agree_without_tool_calls_or_a_reasoned_last_turn():
+    """Two classes part them. After tool results the template closes the model turn and writes
+    the next assistant message's text outside any turn (`<turn|>` twice, its reasoning dropped);
+    the renderer keeps one model turn (as the golden README documents): the template deviates,
+    its output after a tool round is not a well-formed turn. And the reasoning of an assistant
+    turn after the last user message: the renderer writes it as a thought channel, the template
+    drops it; that is the renderer's choice for training on the reasoning, not a template bug."""
     result = compare("google__gemma-4-31B-it.jinja", "gemma4", synthetic("gemma4"), knobs=(("enable_thinking", (True, False)),))
-    inside, outside = agreement(result, lambda case: not any(m.get("tool_calls") or m["role"] == "tool" for m in case.messages))
-    assert len(inside) >= CASES // 5 and set(inside) == {"identical"}, result.table()
+    inside, outside = agreement(
+        result,
+        lambda case: not any(m.get("tool_calls") or m["role"] == "tool" for m in case.messages)
+        and not reasoning_after_the_last_user(case),
+    )
+    assert len(inside) >= CASES // 10 and set(inside) == {"identical"}, result.table()
     assert "different" in outside
 
 
@@ -69,7 +81,7 @@ def test_glm47_template_and_glm5_renderer_agree_on_prompts_after_a_user_turn_wit
     function specs (the cookbook's tools path) where the template prints the whole OpenAI tool."""
     result = compare("zai-org__GLM-4.7-Flash.jinja", "glm5", synthetic("glm5"))
     inside, outside = agreement(result, prompts_after_a_user_turn)
-    assert len(inside) >= CASES // 20 and set(inside) == {"identical"}, result.table()
+    assert len(inside) >= 2 and set(inside) == {"identical"}, result.table()
     assert "different" in outside
 
 
@@ -94,7 +106,7 @@ def test_kimi_k2_thinking_template_and_kimi_k26_renderer_agree_on_conversations_
         and no_tools(case)
         and not any(m.get("reasoning_content") is not None for m in case.messages),
     )
-    assert len(inside) >= CASES // 20 and set(inside) == {"identical"}, result.table()
+    assert len(inside) >= 2 and set(inside) == {"identical"}, result.table()
     assert "different" in outside
     prompts = [outcome for case, outcome in result.outcomes if case.add_generation_prompt]
     assert prompts and "identical" not in prompts  # the `<think>` prefill

@@ -258,7 +258,7 @@ def tool_loop_turns(turn: int) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f.module in ("qwen3", "qwen2_5", "qwen3_5", "qwen3_coder", "llama_3_1", "gpt_oss")], ids=lambda f: f.module)
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.module in ("qwen3", "qwen2_5", "qwen3_5", "qwen3_coder", "llama_3_1", "gpt_oss", "deepseek_v4")], ids=lambda f: f.module)
 def test_ten_turn_agentic_rollout_driven_only_through_the_bridge(family):
     renderer = family.renderer_class(family.load_tokenizer())
     tools = [

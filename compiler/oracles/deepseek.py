@@ -13,7 +13,9 @@ OpenAI-format conversations reach the encoder the way the shared goldens fed it
   ``drop_thinking`` (default True) are the encoder's own arguments; BOS on, no context,
   ``reasoning_effort=None``. The variant table maps ``thinking`` / ``chat`` /
   ``thinking_keep`` to ``{thinking_mode: thinking}``, ``{thinking_mode: chat}`` and
-  ``{thinking_mode: thinking, drop_thinking: False}``;
+  ``{thinking_mode: thinking, drop_thinking: False}``, and selects ``chat`` for
+  ``enable_thinking=false`` and ``thinking`` when it is absent or true: without
+  ``thinking_mode``, an ``enable_thinking`` knob picks the mode that way;
 * ``add_generation_prompt`` has no counterpart: the encoder appends the assistant prefix
   after a trailing user, tool or developer message by itself.
 
@@ -80,9 +82,13 @@ class DeepSeekV4EncoderOracle:
 def encoder_arguments(knobs: dict | None) -> dict:
     """``encode_messages`` keyword arguments for these knobs (defaults filled in)."""
     knobs = dict(knobs or {})
-    unknown = sorted(knobs.keys() - KNOB_DEFAULTS.keys())
+    unknown = sorted(knobs.keys() - KNOB_DEFAULTS.keys() - {"enable_thinking"})
     if unknown:
-        raise ValueError(f"unknown knob {unknown[0]!r} for the DeepSeek-V4 encoder; its knobs are {sorted(KNOB_DEFAULTS)}")
+        known = sorted([*KNOB_DEFAULTS, "enable_thinking"])
+        raise ValueError(f"unknown knob {unknown[0]!r} for the DeepSeek-V4 encoder; its knobs are {known}")
+    if "enable_thinking" in knobs:
+        enable_thinking = knobs.pop("enable_thinking")
+        knobs.setdefault("thinking_mode", "thinking" if enable_thinking else "chat")
     return {**KNOB_DEFAULTS, **knobs}
 
 
