@@ -147,6 +147,8 @@ def command_generate(args: argparse.Namespace) -> int:
     print(f"verified: {report.summary()}")
     if report.reference is not None:
         print(f"against {args.oracle or source.oracle}: {report.reference.summary()}")
+    for note in report.notes:
+        print(f"note: {note}")
     return 0
 
 

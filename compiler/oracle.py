@@ -77,6 +77,9 @@ class TemplateOracle:
             kwargs, which apply_chat_template lets win over special tokens).
     """
 
+    #: Refusals are Jinja's own (``raise_exception`` messages, error kinds) and compared as such.
+    is_template = True
+
     def __init__(
         self,
         template_source: str,

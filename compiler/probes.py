@@ -162,8 +162,14 @@ class Prober:
     def reasoning_format(self) -> ReasoningFormat | None:
         with_reasoning = self.completion({"role": "assistant", "content": CONTENT, "reasoning_content": REASONING})
         if with_reasoning is None or REASONING not in with_reasoning:
-            self.notes.append("the template does not render reasoning_content of the last assistant turn")
-            return None
+            learned = self.reasoning_from_tool_turn()
+            if learned is None:
+                self.notes.append("the template does not render reasoning_content of the last assistant turn")
+            else:
+                self.notes.append(
+                    "reasoning markers learned from a tool-calling turn (the template drops a final answer's reasoning)"
+                )
+            return learned
         prompt = self.generation_prompt_context() or ""
         before = with_reasoning[: with_reasoning.index(REASONING)]
         between = with_reasoning[with_reasoning.index(REASONING) + len(REASONING) : with_reasoning.index(CONTENT)]
@@ -183,6 +189,7 @@ class Prober:
         content_start = plain[: plain.index(CONTENT)] if CONTENT in plain else ""
         if (
             content_start
+            and len(close_and_after) > len(content_start)  # else the content start is the close itself
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
@@ -197,6 +204,36 @@ class Prober:
         close_marker, after_close = split_trailing_space(close_marker_and_space)
         if not close_marker:
             raise ProbeError(f"no marker ends the reasoning (between: {between!r})")
+        return ReasoningFormat(
+            open=open_marker.strip(),
+            close=close_marker,
+            after_open=after_open,
+            before_close=before_close,
+            after_close=after_close,
+            content_start=content_start,
+        )
+
+    def reasoning_from_tool_turn(self) -> ReasoningFormat | None:
+        """Reasoning markers from a tool-calling turn, for templates that keep reasoning only in an
+        unfinished tool cycle (harmony drops a final answer's analysis): the turn with reasoning is
+        the turn without it plus OPEN reasoning CLOSE in front."""
+        calls = [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]
+        with_reasoning = self.completion({"role": "assistant", "content": None, "reasoning_content": REASONING, "tool_calls": calls})
+        without = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        if not with_reasoning or not without or REASONING not in with_reasoning or FIRST_TOOL not in without:
+            return None
+        prefix = common_prefix(with_reasoning, without)
+        suffix = common_suffix(with_reasoning[len(prefix) :], without[len(prefix) :])
+        middle = with_reasoning[len(prefix) : len(with_reasoning) - len(suffix)]
+        if REASONING not in middle:
+            return None
+        open_marker, after_open = split_trailing_space(middle[: middle.index(REASONING)])
+        before_close, close_and_after = split_leading_space(middle[middle.index(REASONING) + len(REASONING) :])
+        close_marker, after_close = split_trailing_space(close_and_after)
+        if not open_marker.strip() or not close_marker:
+            return None
+        lead = self.plain_lead()
+        content_start = lead if lead.strip() and open_marker not in lead else ""
         return ReasoningFormat(
             open=open_marker.strip(),
             close=close_marker,
@@ -285,6 +322,8 @@ class Prober:
         name_to_key = single[name_at + len(FIRST_TOOL) : key_a]
         parameter_value = single[key_a + len(KEY_A) : value_a]
         value_to_key = single[value_a + len(VALUE_A) : key_b]
+        if KEY_A in value_to_key:
+            return self.xml_tags_style(single, double)
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
         # Several splits can fit; the natural one starts the parameter tag after the whitespace.
         # The natural one starts the parameter tag after whitespace, the last such split that also
@@ -321,6 +360,54 @@ class Prober:
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
+    def xml_tags_style(self, single: str, double: str | None) -> ToolCallFormat:
+        """Arguments as elements named by their key: START KEY VALUE-SEP VALUE END KEY VALUE-SEP.
+
+        MiniMax-M3: ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``; nested objects are nested
+        elements and arrays repeat one item element (learned from a list-valued probe).
+        """
+        name_at = single.index(FIRST_TOOL)
+        key_a = single.index(KEY_A, name_at)
+        value_a = single.index(VALUE_A, key_a)
+        close_a = single.index(KEY_A, value_a)
+        key_b = single.index(KEY_B, close_a)
+        parameter_value = single[key_a + len(KEY_A) : value_a]
+        parameter_end = single[value_a + len(VALUE_A) : close_a]
+        after_close_a = single[close_a + len(KEY_A) : key_b]
+        if not after_close_a.startswith(parameter_value):
+            raise ProbeError(f"inconsistent XML element tool-call parameters: {single!r}")
+        parameter_start = after_close_a[len(parameter_value) :]
+        name_to_key = single[name_at + len(FIRST_TOOL) : key_a]
+        closing_b = parameter_end + KEY_B + parameter_value
+        value_b = single.index(VALUE_B, key_b)
+        if not parameter_start or not name_to_key.endswith(parameter_start) or not single.startswith(closing_b, value_b + len(VALUE_B)):
+            raise ProbeError(f"inconsistent XML element tool-call parameters: {single!r}")
+        after_single = single[value_b + len(VALUE_B) + len(closing_b) :]
+        after_first_in_double = None
+        if double is not None:
+            closing_a = parameter_end + KEY_A + parameter_value
+            at = double.index(VALUE_A, double.index(FIRST_TOOL)) + len(VALUE_A)
+            if double.startswith(closing_a, at):
+                after_first_in_double = double[at + len(closing_a) :]
+        listed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: [VALUE_A]}, "c1")]) or ""
+        opened = parameter_start + KEY_A + parameter_value
+        item = ""
+        if opened in listed and listed.index(opened) + len(opened) < len(listed):
+            after_open = listed[listed.index(opened) + len(opened) :]
+            if after_open.startswith(parameter_start) and VALUE_A in after_open:
+                candidate = after_open[len(parameter_start) : after_open.index(VALUE_A)]
+                if candidate.endswith(parameter_value):
+                    item = candidate[: len(candidate) - len(parameter_value)]
+        return ToolCallFormat(
+            style="xml_tags",
+            name_end=name_to_key[: len(name_to_key) - len(parameter_start)],
+            parameter_start=parameter_start,
+            parameter_value=parameter_value,
+            parameter_end=parameter_end,
+            array_item=item,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+        )
+
     def json_parameter_value(self, parameter_value: str) -> str:
         """The key-to-value text before a non-string value, when the template marks JSON values
         differently (``string="false"``); "" when it writes the same as for a string."""
@@ -345,21 +432,17 @@ class Prober:
         lead = self.plain_lead()
         block_and_start = before_name[len(common_prefix(lead, before_name)) :]
         call_end = strip_closing(after_single, self.close_candidates())
+        if after_first_in_double is not None:
+            shared_end = common_prefix(call_end, after_first_in_double)
+            # calls sharing one block (DeepSeek-V4: `</invoke>\n<invoke` vs `</invoke>\n</tool_calls>`)
+            # agree on part of the next tag; the call ends before the whitespace in front of it
+            call_end = shared_end if shared_end == call_end else before_partial_tag(shared_end)
         if double is None:
-            if after_first_in_double is not None:
-                call_end = common_prefix(call_end, after_first_in_double)
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
-        if call_start != block_and_start:
-            call_start = self.whole_call_start(call_start)
-        if after_first_in_double is not None:
-            # what separates the two calls ends where the second one starts (calls sharing one block
-            # would otherwise lend the call end the first characters of the next call's start)
-            next_call = after_first_in_double.find(call_start + SECOND_TOOL) if call_start else -1
-            if next_call >= 0:
-                after_first_in_double = after_first_in_double[:next_call]
-            call_end = common_prefix(call_end, after_first_in_double)
+        if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace():
+            call_start = after_partial_tag(call_start)  # `>\n<invoke name="` -> `<invoke name="`
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
         if CONTENT in double:
@@ -372,20 +455,6 @@ class Prober:
                 content_start = before_content
         found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_separator": separator}
         return {**found, "content_start": content_start} if content_start else found
-
-    def whole_call_start(self, shared: str) -> str:
-        """The call start within ``shared``, the common end of the block opener and of the previous call.
-
-        Characters can be shared by accident: MiniMax's block opener ``<tool_call>\n`` and the previous
-        call's ``</invoke>\n`` both end in ``>\n``, DeepSeek-V4's ``<｜DSML｜tool_calls>\n`` and
-        ``</｜DSML｜invoke>\n`` too. A call starts on a new line, else at a token.
-        """
-        if "\n" in shared.rstrip("\n") and not shared.startswith("\n"):
-            return shared[shared.index("\n") + 1 :]
-        opening = first_added_token(shared, self.added_tokens)
-        if opening and shared.index(opening) > 0:
-            return shared[shared.index(opening) :]
-        return shared
 
     def plain_lead(self) -> str:
         """What a plain answer has before its content (an empty think block, a channel header)."""
@@ -432,6 +501,22 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def before_partial_tag(text: str) -> str:
+    """``text`` without a trailing fragment that follows its last whitespace (and that whitespace)."""
+    last_space = max((at for at, char in enumerate(text) if char.isspace()), default=-1)
+    if last_space < 0 or text[-1].isspace():
+        return text
+    return text[:last_space].rstrip() or text
+
+
+def after_partial_tag(text: str) -> str:
+    """``text`` without a leading fragment that precedes its first whitespace (and that whitespace)."""
+    first_space = next((at for at, char in enumerate(text) if char.isspace()), -1)
+    if first_space <= 0:
+        return text
+    return text[first_space:].lstrip() or text
 
 
 def split_trailing_space(text: str) -> tuple[str, str]:

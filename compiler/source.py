@@ -5,9 +5,10 @@ In order of preference:
 1. ``--template FILE`` (and ``--tokenizer DIR``) given explicitly;
 2. ``templates_overrides/<org>/<name>.jinja``: our own template for a model whose
    upstream one is missing or unusable (an optional ``<name>.json`` beside it names
-   the corpus tokenizer folder, any extra model ids sharing the template and the
-   reference implementation the template was written from, e.g.
-   ``{"corpus_tokenizer": "dsv4", "also_models": [...], "oracle": "deepseek-encoder:v4"}``);
+   the corpus tokenizer folder, any extra model ids sharing the template, the
+   reference implementation the template was written from and, for compiling without a
+   tokenizer, the tokenizer's added-token strings, e.g.
+   ``{"corpus_tokenizer": "dsv4", "also_models": [...], "oracle": "deepseek-encoder:v4", "added_tokens": [...]}``);
 3. a corpus folder laid out like ``../shared/corpus`` (``templates/MANIFEST.tsv``
    maps model ids to template files and tokenizer folders);
 4. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
@@ -39,6 +40,8 @@ class TemplateSource:
     origin: str  # "file", "override", "corpus", "hub"
     model_ids: tuple[str, ...] = field(default=())  # every model id known to ship this template
     oracle: str | None = None  # a reference implementation to verify against too (override metadata)
+    # the tokenizer's added-token strings, as an override declares them for compiling without a tokenizer
+    added_tokens: tuple[str, ...] = field(default=())
 
     @property
     def display_name(self) -> str:
@@ -131,6 +134,7 @@ def resolve_source(
             "override",
             model_ids,
             metadata.get("oracle"),
+            tuple(metadata.get("added_tokens", ())),
         )
 
     if model_id in by_model:

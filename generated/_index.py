@@ -26,6 +26,11 @@ RENDERERS = {
         "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146",
         ("openai/gpt-oss-20b",),
     ),
+    "gpt_oss_harmony": (
+        "GptOssHarmonyRenderer",
+        "c5070d8cf5afb12895c89d59ae4f6e2f723dbeafa458717e563a92cc338f7cf7",
+        ("openai/gpt-oss-harmony",),
+    ),
     "llama_3_1": (
         "Llama31Renderer",
         "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
@@ -36,16 +41,17 @@ RENDERERS = {
         "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4",
         ("meta-llama/Llama-3.2-3B-Instruct",),
     ),
+    "minimax_m3": (
+        "MinimaxM3Renderer",
+        "947b2c15828a404b0a9900e564ff901347af8cb853c650428a737fd18b07b5e3",
+        ("MiniMaxAI/MiniMax-M3",),
+    ),
     "qwen2_5": (
         "Qwen25Renderer",
         "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f",
         ("Qwen/Qwen2.5-7B-Instruct",),
     ),
-    "qwen3": (
-        "Qwen3Renderer",
-        "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5",
-        ("Qwen/Qwen3-8B",),
-    ),
+    "qwen3": ("Qwen3Renderer", "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", ("Qwen/Qwen3-8B",)),
     "qwen3_5": (
         "Qwen35Renderer",
         "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",

@@ -51,8 +51,14 @@ class ToolCallFormat:
     ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end``, then ``call_end``.
     A template that marks which values are JSON writes ``parameter_value_json`` instead of
     ``parameter_value`` before them (DeepSeek-V4: ``string="false"`` against ``string="true"``).
+    ``xml_tags`` style: each argument is an element named by its key,
+    ``parameter_start`` KEY ``parameter_value`` VALUE ``parameter_end`` KEY ``parameter_value``;
+    a VALUE is text or nested elements (an object), and elements all named ``array_item`` make
+    an array (MiniMax-M3).
     ``block_start`` opens the list of calls (before the first one), and
-    ``content_separator`` separates content from the first call.
+    ``content_separator`` separates content from the first call; ``content_start`` is a header
+    the template writes before the content of a tool-calling turn only (gpt-oss in harmony: a
+    ``commentary`` preamble).
     """
 
     style: str
@@ -65,3 +71,5 @@ class ToolCallFormat:
     parameter_value_json: str = ""
     block_start: str = ""
     content_separator: str = ""
+    array_item: str = ""
+    content_start: str = ""

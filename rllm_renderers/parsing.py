@@ -64,6 +64,10 @@ def parse_text(
             position = len(text) - len(stripped) + len(reasoning.open)
             position = _skip(text, position, reasoning.after_open)
             in_reasoning = True
+        elif not in_reasoning and text.startswith(reasoning.close):
+            # a turn that opens with the bare close has empty reasoning (MiniMax-M3's `</mm:think>answer`)
+            reasoning_text = ""
+            position = _skip(text, len(reasoning.close), reasoning.after_close)
         if in_reasoning:
             close_at = text.find(reasoning.close, position)
             if close_at < 0:
@@ -75,6 +79,8 @@ def parse_text(
     if tool_calls is None:
         return TextParse(text[position:], reasoning_text, reasoning_complete)
     calls = find_calls(text, position, tool_calls, tools)
+    if calls and tool_calls.content_start and text.startswith(tool_calls.content_start, position):
+        position += len(tool_calls.content_start)
     content_end = calls[0].start if calls else len(text)
     content = text[position:content_end]
     if calls:
@@ -101,10 +107,14 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
     if name_end < 0:
         return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
-    name = text[name_at:name_end].strip(" \t\r\n")  # the syntax's whitespace, not a name's own characters
+    # between explicit delimiters the name is exactly what the template wrote; else only the
+    # syntax's whitespace is stripped, never a name's own characters
+    name = text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n")
     body_at = name_end + len(syntax.name_end)
     if syntax.style == "xml":
         call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)
+    elif syntax.style == "xml_tags":
+        call = _parse_xml_elements(text, start, body_at, syntax, name, tools)
     else:
         call = _parse_json_arguments(text, start, body_at, syntax, name)
     if call.status is ToolCallParseStatus.OK and not name:
@@ -164,6 +174,71 @@ def _parse_xml_arguments(
         else:  # marked as a string by the template's own syntax
             arguments[key] = raw_value
         position = value_end + len(syntax.parameter_end)
+
+
+class _Malformed(Exception):
+    """An element that does not close (``unclosed``) or is not an element at all."""
+
+    def __init__(self, status: ToolCallParseStatus, position: int):
+        super().__init__(status.value)
+        self.status, self.position = status, position
+
+
+def _parse_xml_elements(
+    text: str, start: int, position: int, syntax: ToolCallFormat, name: str, tools: list[dict] | None
+) -> TextCall:
+    """Arguments as elements named by their key, values nested (``xml_tags`` style)."""
+    types = _parameter_types(tools, name)
+    try:
+        members, position = _elements(text, position, syntax, syntax.call_end)
+    except _Malformed as problem:
+        return TextCall(text[start : problem.position], start, problem.position, name, None, problem.status)
+    end = position + len(syntax.call_end)
+    arguments = {key: _element_value(raw, types.get(key), syntax.array_item) for key, raw in members}
+    return TextCall(text[start:end], start, end, name, arguments)
+
+
+def _elements(text: str, position: int, syntax: ToolCallFormat, stop: str) -> tuple[list[tuple[str, Any]], int]:
+    """Sibling elements from ``position`` up to ``stop`` (not consumed): [(key, raw value)], end."""
+    members: list[tuple[str, Any]] = []
+    while not text.startswith(stop, position):
+        if position >= len(text):
+            raise _Malformed(ToolCallParseStatus.UNCLOSED_BLOCK, len(text))
+        if not text.startswith(syntax.parameter_start, position):
+            raise _Malformed(ToolCallParseStatus.MALFORMED_STRUCTURE, position)
+        key_at = position + len(syntax.parameter_start)
+        key_end = text.find(syntax.parameter_value, key_at)
+        if key_end < 0:
+            raise _Malformed(ToolCallParseStatus.UNCLOSED_BLOCK, len(text))
+        key = text[key_at:key_end]
+        closing = syntax.parameter_end + key + syntax.parameter_value
+        value_at = key_end + len(syntax.parameter_value)
+        if text.startswith(syntax.parameter_start, value_at) and not text.startswith(closing, value_at):
+            value, value_end = _elements(text, value_at, syntax, closing)
+        else:
+            value_end = text.find(closing, value_at)
+            if value_end < 0:
+                raise _Malformed(ToolCallParseStatus.UNCLOSED_BLOCK, len(text))
+            value = text[value_at:value_end]
+        members.append((key, value))
+        position = value_end + len(closing)
+    return members, position
+
+
+def _element_value(raw: Any, declared_type: Any, item: str | None = None) -> Any:
+    """A parsed element: text as a scalar; children all named like an array item make a list."""
+    if isinstance(raw, str):
+        return _xml_value(raw, declared_type) if declared_type else _json_or_text(raw)
+    if item and all(key == item for key, _ in raw):
+        return [_element_value(value, None, item) for _, value in raw]
+    return {key: _element_value(value, None, item) for key, value in raw}
+
+
+def _json_or_text(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
 
 
 def _parameter_separator(text: str, key_at: int, syntax: ToolCallFormat) -> tuple[int, str]:

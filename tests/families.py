@@ -21,7 +21,7 @@ class Family:
     model_id: str
     template_file: str
     tokenizer: str
-    override: bool = False  # the template is ours, in templates_overrides/ (template_file is relative to it)
+    override: bool = False  # the template is ours: templates_overrides/<model_id>.jinja
 
     @property
     def renderer_class(self) -> type:
@@ -29,7 +29,7 @@ class Family:
 
     def template_source(self) -> str:
         if self.override:
-            return (REPO / "templates_overrides" / self.template_file).read_text(encoding="utf-8")
+            return (REPO / "templates_overrides" / f"{self.model_id}.jinja").read_text(encoding="utf-8")
         return corpus_path("templates", self.template_file).read_text(encoding="utf-8")
 
     def load_tokenizer(self):
@@ -57,9 +57,17 @@ FAMILIES = [
     ),
     Family("gemma_3", "Gemma3Renderer", "google/gemma-3-27b-it", "google__gemma-3-27b-it.jinja", "gemma3"),
     Family("gpt_oss", "GptOssRenderer", "openai/gpt-oss-20b", "openai__gpt-oss-20b.jinja", "gptoss"),
+    # our own: gpt-oss exactly as openai-harmony renders it, beside the HF template's renderer
+    Family(
+        "gpt_oss_harmony", "GptOssHarmonyRenderer", "openai/gpt-oss-harmony", "gpt-oss-harmony.jinja", "gptoss", override=True
+    ),
+    # our own template; the corpus has only a synthetic tokenizer for it (structural token checks)
+    Family(
+        "minimax_m3", "MinimaxM3Renderer", "MiniMaxAI/MiniMax-M3", "MiniMax-M3.jinja", "synthetic/minimax_m3", override=True
+    ),
     # no upstream template: ours, written from DeepSeek's official encoder (the oracle it is verified against)
     Family(
-        "deepseek_v4", "DeepseekV4Renderer", "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash.jinja", "dsv4", override=True
+        "deepseek_v4", "DeepseekV4Renderer", "deepseek-ai/DeepSeek-V4-Flash", "DeepSeek-V4-Flash.jinja", "dsv4", override=True
     ),
 ]
 

@@ -43,6 +43,9 @@ def load_encoder() -> Any:
 class DeepSeekV4EncoderOracle:
     """``encode_messages`` behind the TemplateOracle interface."""
 
+    #: A Python reference: its refusals are not worded as the template's, only both must refuse.
+    is_template = False
+
     name = "deepseek-encoder:v4"
 
     def __init__(self, tokenizer: Any = None) -> None:
