@@ -395,8 +395,13 @@ def load_family(family: Family, corpus: Path):
 
     tokenizer = load_tokenizer(corpus / "tokenizers" / family.tokenizer)
     template = (corpus / "templates" / family.template).read_text(encoding="utf-8")
-    renderer = getattr(importlib.import_module(f"rllm_renderers.generated.{family.module}"), family.class_name)(tokenizer)
+    renderer = getattr(import_generated(family.module), family.class_name)(tokenizer)
     return tokenizer, template, renderer
+
+
+def import_generated(module: str):
+    """A checked-in generated module."""
+    return importlib.import_module(f"rllm_renderers.generated.{module}")
 
 
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -695,7 +700,7 @@ tokenizer = load_tokenizer(sys.argv[1])
 before = rss()
 tracemalloc.start()
 start = time.perf_counter()
-cls = getattr(importlib.import_module("generated." + sys.argv[2]), sys.argv[3])
+cls = getattr(importlib.import_module(sys.argv[4] + "." + sys.argv[2]), sys.argv[3])
 renderer = cls(tokenizer)
 renderer.render_ids([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
 elapsed = time.perf_counter() - start
@@ -709,7 +714,8 @@ def renderer_memory(family: Family, corpus: Path) -> dict:
     """RSS and Python-heap growth of constructing a renderer and rendering once (the encoder, its
     rank table and private backend copy included), in a fresh process after the tokenizer is loaded."""
     out = subprocess.run(
-        [sys.executable, "-c", _MEMORY_PROBE, str(corpus / "tokenizers" / family.tokenizer), family.module, family.class_name],
+        [sys.executable, "-c", _MEMORY_PROBE, str(corpus / "tokenizers" / family.tokenizer), family.module,
+         family.class_name, import_generated(family.module).__name__.rsplit(".", 1)[0]],  # fmt: skip
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -116,7 +116,7 @@ def test_system_is_plain_only_when_named(family):
 
 
 def test_bad_option_is_named():
-    from generated.qwen3 import Qwen3Renderer
+    from rllm_renderers.generated.qwen3 import Qwen3Renderer
 
     with pytest.raises(ValueError, match="control_token_safe"):
         Qwen3Renderer(None, control_token_safe="user")
