@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib
 import base64
 import copy
 import gc
@@ -389,8 +390,6 @@ def build_conversation(family: Family, size: str, variant: int) -> list[dict]:
 
 
 def load_family(family: Family, corpus: Path):
-    import importlib
-
     from rllm_renderers.loading import load_tokenizer
 
     tokenizer = load_tokenizer(corpus / "tokenizers" / family.tokenizer)
