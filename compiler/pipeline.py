@@ -13,15 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
+from .analysis import (
+    TemplateFacts,
+    analyse,
+    compared_roles,
+    knob_candidates,
+    parse_template,
+    special_tokens_read,
+    template_sha256,
+)
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
-from .probes import ProbeError, ProbeFacts, probe
+from .markers import template_markers
+from .probes import ProbeFacts, probe
 from .source import TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
+from rllm_renderers.formats import special_token_placeholder
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
 #: The checked-in renderers; a new class may inherit methods from one of them (see compiler.ladder).
@@ -36,6 +46,8 @@ class Prepared:
     facts: TemplateFacts
     tokenizer: Any
     oracle: TemplateOracle
+    # values for the special tokens the class reads at run time, while verifying and probing
+    placeholders: dict[str, str]
 
 
 @dataclass
@@ -44,6 +56,7 @@ class Compiled(Prepared):
 
     spec: ModuleSpec
     code: str
+    turn: ProbeFacts | None = None
 
 
 def load_tokenizer_for(source: TemplateSource) -> Any:
@@ -63,44 +76,45 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
     return command
 
 
-def added_token_strings(tokenizer: Any, facts: TemplateFacts) -> frozenset[str]:
-    """The tokenizer's added tokens; without a tokenizer, the special-looking strings of the template."""
+def added_token_strings(tokenizer: Any, facts: TemplateFacts, placeholders: dict[str, str]) -> frozenset[str]:
+    """The tokenizer's added tokens; without a tokenizer, the marker strings the template writes.
+    Placeholder values of run-time special tokens count as markers either way."""
     if tokenizer is not None:
         from rllm_renderers.tokenization import text_encoder_for
 
-        return text_encoder_for(tokenizer).added_token_strings
-    found = set(re.findall(r"<[|｜][^<>\s]{1,40}?[|｜]>|<(?:start|end)_of_\w+>", facts.source))
-    return frozenset(found | set(facts.special_tokens.values()))
+        return text_encoder_for(tokenizer).added_token_strings | frozenset(placeholders.values())
+    return template_markers(facts.ast, [*facts.special_tokens.values(), *placeholders.values()])
 
 
-def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features) -> ProbeFacts:
+def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
-    renderer = renderer_class(tokenizer)
-    eos = (
-        getattr(tokenizer, "eos_token", None)
-        if tokenizer is not None
-        else compiled_facts.special_tokens.get("eos_token")
-    )
-    facts = probe(renderer, added_token_strings(tokenizer, compiled_facts), eos)
+    tokenizer, facts, placeholders = prepared.tokenizer, prepared.facts, prepared.placeholders
+    renderer = renderer_class(tokenizer, special_tokens=placeholders)
+    eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
+    eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
+    turn = probe(renderer, added_token_strings(tokenizer, facts, placeholders), eos)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
-    return dataclasses.replace(facts, prefix_stable=stable, prefix_counterexample=counterexample)
+    return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
 
 
 STABILITY_CASES = 150
 
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
-    """Load the tokenizer, build the oracle and analyse the template (no emission)."""
+    """Load the tokenizer, build the oracle and analyse the template (no emission).
+
+    Special-token values known now (the tokenizer's, ``special_tokens``) are baked into the class.
+    The template's other special-token variables are read by the class when it is built; here
+    both the oracle and the class get placeholder values for them (``<{eos_token}>``).
+    """
     tokenizer = load_tokenizer_for(source)
-    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
-    facts = analyse(
-        source.source,
-        source.display_name,
-        special_tokens=oracle.special_tokens,
-        have_tokenizer=tokenizer is not None,
-        oracle=oracle,
-    )
-    return Prepared(source, facts, tokenizer, oracle)
+    known = {**(dict(tokenizer.special_tokens_map) if tokenizer is not None else {}), **(special_tokens or {})}
+    known = {name: value for name, value in known.items() if isinstance(value, str)}
+    read = special_tokens_read(parse_template(source.source, source.display_name))
+    placeholders = {name: special_token_placeholder(name) for name in read if name not in known}
+    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens={**placeholders, **(special_tokens or {})})
+    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
+    return Prepared(source, facts, tokenizer, oracle, placeholders)
 
 
 def compile_source(
@@ -123,14 +137,11 @@ def compile_source(
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
     features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
-    try:
-        turn = learn_turn_format(first_pass, facts, tokenizer, features)
-    except ProbeError as exc:
-        raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
+    turn = learn_turn_format(first_pass, prepared, features)
     code = emit_module(facts, spec, turn)
     if ladder_dir is not None:
         code = with_ladder(spec.module, code, ladder_dir, BLACK_MODE)
-    return Compiled(source, facts, tokenizer, prepared.oracle, spec, code)
+    return Compiled(source, facts, tokenizer, prepared.oracle, prepared.placeholders, spec, code, turn)
 
 
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
@@ -161,6 +172,7 @@ def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, see
         renderer_class,
         prepared.oracle,
         tokenizer=prepared.tokenizer,
+        special_tokens=prepared.placeholders,
         cases=cases,
         seed_value=seed,
         knob_candidates=knob_candidates(prepared.facts.ast, prepared.facts.knobs),
