@@ -26,7 +26,7 @@ from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_mo
 from .ladder import with_ladder
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
-from .markers import template_markers
+from .markers import synthetic_tokenizer, template_markers
 from .probes import ProbeFacts, probe
 from .source import TemplateSource
 from .stability import measure_prefix_stability
@@ -48,14 +48,18 @@ class Prepared:
     oracle: TemplateOracle
     # values for the special tokens the class reads at run time, while verifying and probing
     placeholders: dict[str, str]
+    # what verification encodes with: the real tokenizer, or a synthetic one carrying the template's
+    # marker strings; parity says which ("tokens" / "structural" / "text")
+    check_tokenizer: Any = None
+    parity: str = "text"
 
 
 @dataclass
 class Compiled(Prepared):
     """A prepared template with its emitted module."""
 
-    spec: ModuleSpec
-    code: str
+    spec: ModuleSpec | None = None
+    code: str = ""
     turn: ProbeFacts | None = None
 
 
@@ -107,14 +111,20 @@ def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | N
     The template's other special-token variables are read by the class when it is built; here
     both the oracle and the class get placeholder values for them (``<{eos_token}>``).
     """
+    given = dict(special_tokens or {})
     tokenizer = load_tokenizer_for(source)
-    known = {**(dict(tokenizer.special_tokens_map) if tokenizer is not None else {}), **(special_tokens or {})}
+    known = {**(dict(tokenizer.special_tokens_map) if tokenizer is not None else {}), **given}
     known = {name: value for name, value in known.items() if isinstance(value, str)}
-    read = special_tokens_read(parse_template(source.source, source.display_name))
-    placeholders = {name: special_token_placeholder(name) for name in read if name not in known}
-    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens={**placeholders, **(special_tokens or {})})
+    ast = parse_template(source.source, source.display_name)
+    placeholders = {name: special_token_placeholder(name) for name in special_tokens_read(ast) if name not in known}
+    check_tokenizer, parity = tokenizer, "tokens"
+    if tokenizer is None:
+        markers = template_markers(ast, [*placeholders.values(), *given.values()])
+        check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
+        parity = "structural" if markers else "text"
+    oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})
     facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
-    return Prepared(source, facts, tokenizer, oracle, placeholders)
+    return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity)
 
 
 def compile_source(
@@ -141,7 +151,8 @@ def compile_source(
     code = emit_module(facts, spec, turn)
     if ladder_dir is not None:
         code = with_ladder(spec.module, code, ladder_dir, BLACK_MODE)
-    return Compiled(source, facts, tokenizer, prepared.oracle, prepared.placeholders, spec, code, turn)
+    prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
+    return Compiled(**prepared_fields, spec=spec, code=code, turn=turn)
 
 
 def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
@@ -171,7 +182,7 @@ def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, see
     return verify(
         renderer_class,
         prepared.oracle,
-        tokenizer=prepared.tokenizer,
+        tokenizer=prepared.check_tokenizer,
         special_tokens=prepared.placeholders,
         cases=cases,
         seed_value=seed,
@@ -201,7 +212,7 @@ def generate(
     seed: int,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
-) -> tuple[Path, VerificationReport]:
+) -> tuple[Path, VerificationReport, Compiled]:
     """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
     compiled = compile_source(source, module=module, special_tokens=special_tokens)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
@@ -210,7 +221,7 @@ def generate(
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     path = out_dir / f"{compiled.spec.module}.py"
     write_atomically(path, compiled.code)
-    return path, report
+    return path, report, compiled
 
 
 def source_drifted(renderer_class: type, source: TemplateSource) -> bool:
