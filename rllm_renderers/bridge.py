@@ -34,7 +34,7 @@ decoded and only ``S`` is encoded.
 
 from __future__ import annotations
 
-import operator
+import logging
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import template_runtime as jinja
+from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at
 from .turns import cut_at_stop, tool_names
 from .types import Message, RenderedTokens, ToolSpec
 
@@ -57,29 +58,23 @@ RENDERABLE_CALLS = ("ok", "unknown_tool", "missing_name")
 PROMPT_TAIL_TOKENS = 16
 
 
+logger = logging.getLogger(__name__)
+_explained: set[type] = set()  # classes whose "cannot bridge" reason was logged
+
+
+def unlearned_reason(renderer: "GeneratedRenderer") -> str | None:
+    """Why this renderer can never bridge (turn facts it did not learn), logged once per class."""
+    if not renderer.UNLEARNED and renderer.TURN is not None:
+        return None
+    reason = "; ".join(f"{fact}: {why}" for fact, why in renderer.UNLEARNED.items()) or "no turn format"
+    if type(renderer) not in _explained:
+        _explained.add(type(renderer))
+        logger.warning("%s.bridge_to_next_turn always returns None: %s", type(renderer).__name__, reason)
+    return reason
+
+
+
 # --- inputs -------------------------------------------------------------------------------
-
-
-def as_token_ids(value: Any, name: str) -> list[int]:
-    """``value`` as a list of ints: a list, tuple, ``array.array``, numpy array or torch tensor of integers."""
-    if isinstance(value, (str, bytes, bytearray, dict)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
-    to_list = getattr(value, "tolist", None)  # numpy, torch and array.array give Python ints
-    ids = to_list() if callable(to_list) else value
-    if not isinstance(ids, (list, tuple)) and not hasattr(ids, "__iter__"):  # a 0-d array
-        raise ValueError(f"{name} must be a sequence of token ids (ints), got {type(value).__name__}")
-    ids = ids if type(ids) is list else list(ids)
-    try:
-        total = sum(ids)  # one pass in C that raises on anything that is not a number
-    except TypeError:
-        total = None
-    if type(total) is not int:  # a non-number, a float, or integer scalars of another library
-        try:
-            ids = [operator.index(token) for token in ids]
-        except TypeError:
-            bad = next(token for token in ids if not hasattr(token, "__index__"))
-            raise ValueError(f"{name} must contain only token ids (ints), found {bad!r}") from None
-    return ids
 
 
 def checked_new_messages(new_messages: Any) -> list[Message]:
@@ -98,9 +93,31 @@ def checked_new_messages(new_messages: Any) -> list[Message]:
 
 
 def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int] | None:
-    """The completion cut right after its first stop token, or with the template's close appended."""
-    close_id = renderer.encoder.token_id(renderer.TURN.close)
-    return cut_at_stop(completion_ids, renderer.get_stop_token_ids(), close_id)
+    """The completion cut right after its first stop, or with the template's close appended.
+
+    None when that cannot be done exactly: a stop string that ends inside a token, or a
+    truncated completion whose close is text of several tokens (its tokens would depend on
+    what precedes it). A turn that nothing closes (the next header ends it) needs no close.
+    """
+    completion = list(completion_ids)
+    close = renderer.TURN.close
+    try:
+        close_id = renderer.encoder.token_id(close) if close else None
+    except ValueError:
+        close_id = None
+    stop_ids = renderer.get_stop_token_ids()
+    text_stops = [stop for stop in renderer.get_stop_strings() if stop not in renderer.encoder.added_token_strings]
+    if text_stops and not any(token in set(stop_ids) for token in completion):
+        text = renderer.decode(completion)
+        found = [(text.find(stop) + len(stop), stop) for stop in text_stops if stop in text]
+        if found:
+            stop_end, stop = min(found)
+            end = token_index_at(decoded_prefix_lengths(renderer.decode, completion), stop_end)
+            return completion[:end] if renderer.decode(completion[:end]).endswith(stop) else None
+    cut = cut_at_stop(completion, stop_ids, close_id)
+    if cut is None and not close:
+        return completion  # nothing closes the turn: a truncated completion is complete as it is
+    return cut
 
 
 def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
@@ -213,6 +230,8 @@ def bridge_turn(
         renderer.normalize_messages(new)
     except ValueError as exc:  # a role the template does not render, a malformed tool call
         raise ValueError(f"new_messages: {exc}") from None
+    if unlearned_reason(renderer) is not None:
+        return None
     history = history_of(renderer, prompt, messages, tools)
     if history is None:
         return None
@@ -312,8 +331,8 @@ def sampled_turn_end(
     text = full.text()
     if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
         return len(prompt_text) + len(completion_text)
-    if renderer.thinking_retention == "template":
-        return None
+    if renderer.thinking_retention == "template" or not renderer.TURN.close:
+        return None  # (a turn the next header ends has no close of its own to keep it by)
     starts = {index: offset for offset, index in reversed(full.message_spans())}  # index -> first character
     turn_start, new_start = starts.get(turn_index), starts.get(turn_index + 1)
     if turn_start is None or new_start is None:

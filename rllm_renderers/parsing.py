@@ -304,16 +304,19 @@ def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
     torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
     if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
         raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
-    if hasattr(token_ids, "tolist"):  # numpy / torch: one conversion instead of one per element
+    if hasattr(token_ids, "tolist"):  # numpy / torch / array.array: one conversion to Python ints
         token_ids = token_ids.tolist()
         if not isinstance(token_ids, list):  # a 0-d array
             raise ValueError(f"{what} must be a sequence of integers, got a scalar")
-    ids = []
-    for index, token in enumerate(token_ids):
+    ids = token_ids if type(token_ids) is list else list(token_ids)
+    if set(map(type, ids)) <= {int}:  # the common case, checked in C
+        return ids
+    checked = []
+    for index, token in enumerate(ids):
         if isinstance(token, bool) or not hasattr(token, "__index__"):
             raise ValueError(f"{what}[{index}] must be an integer, got {type(token).__name__} {token!r}")
-        ids.append(operator.index(token))
-    return ids
+        checked.append(operator.index(token))
+    return checked
 
 
 def decoded_prefix_lengths(decode: Callable[[Sequence[int]], str], ids: list[int]) -> list[int]:

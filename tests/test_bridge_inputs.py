@@ -67,13 +67,13 @@ def test_any_sequence_of_ints_is_accepted(llama):
     "bad, found",
     [
         ("hello", "sequence of token ids"),
-        (None, "sequence of token ids"),
-        (7, "sequence of token ids"),
-        ({"ids": [1]}, "sequence of token ids"),
-        ([1, None, 2], "found None"),
-        ([1, 2.5], "found 2.5"),
-        ([[1, 2]], r"found \[1, 2\]"),
-        (pytest.importorskip("numpy").array(5), "sequence of token ids"),
+        (None, "must be a sequence of integers, got NoneType"),
+        (7, "must be a sequence of integers, got int"),
+        ({"ids": [1]}, "must be a sequence of integers, got dict"),
+        ([1, None, 2], r"\[1\] must be an integer, got NoneType None"),
+        ([1, 2.5], r"\[1\] must be an integer, got float 2.5"),
+        ([[1, 2]], r"\[0\] must be an integer, got list \[1, 2\]"),
+        (pytest.importorskip("numpy").array(5), "got a scalar"),
     ],
 )
 def test_other_ids_are_a_clear_value_error(llama, bad, found):
