@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from jinja2 import TemplateSyntaxError, meta, nodes
 
 from .errors import CompileError
-from .translate import GLOBAL_FUNCTIONS, TEMPLATE_INPUTS, TemplateNames, Translator
+from .translator.lower import GLOBAL_FUNCTIONS, TEMPLATE_INPUTS, Lowering, TemplateNames
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ def split_free_variables(
     """
     free = free_variables(ast)
     special = {variable: value for variable, value in special_token_values.items() if variable in free}
-    first_pass = Translator(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
-    first_pass.translate_template(ast)
+    first_pass = Lowering(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
+    first_pass.lower_template(ast)
     knobs = []
     for variable in sorted(first_pass.unresolved):
         if variable in STANDARD_SPECIAL_TOKENS and not have_tokenizer:

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_options(generate_parser)
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", help="module name (default: derived from the model id)")
+    generate_parser.add_argument(
+        "--parent", help="inherit from this module of the output folder (default: the best match there, if any)"
+    )
     generate_parser.add_argument("--cases", type=int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
 
@@ -96,6 +99,7 @@ def command_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         module=args.name,
         special_tokens=special_tokens_option(args.special_token),
+        parent_module=args.parent,
     )
     print(path)
     print(f"verified: {report.summary()}")
@@ -161,7 +165,7 @@ def command_check(args: argparse.Namespace) -> int:
                 print(f"DRIFT {path.name}: the template of {model_id} changed since generation")
                 problems += 1
                 continue
-            compiled = compile_source(source, module=path.stem)
+            compiled = compile_source(source, module=path.stem, ladder_dir=args.dir)
             fresh = Path(scratch) / path.name
             fresh.write_text(compiled.code, encoding="utf-8")
             if fresh.read_bytes() != path.read_bytes():

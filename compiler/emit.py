@@ -6,6 +6,7 @@ same bytes (no timestamps, sorted iteration, black pinned in pyproject.toml).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from dataclasses import dataclass
@@ -14,12 +15,16 @@ import black
 
 from . import __version__
 from .analysis import TemplateFacts
+from .ladder import Parent
 from .probes import ProbeFacts
-from .translate import RESERVED_NAMES, TemplateNames, Translator
+from .translator import RESERVED_NAMES, TemplateNames, ir, translate
+from .translator.emit_py import method_lines, statement_lines
 
+# The one black configuration: the same as [tool.black] in pyproject.toml (a test checks), so
+# `black .` leaves generated files as the compiler wrote them.
 BLACK_MODE = black.Mode(
     target_versions={black.TargetVersion.PY310},
-    line_length=100,
+    line_length=120,
     magic_trailing_comma=True,
 )
 
@@ -79,33 +84,32 @@ def dataclass_literal(value: object) -> str:
     return f"{type(value).__name__}({', '.join(arguments)})"
 
 
-def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None = None) -> str:
+def emit_module(
+    facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None = None, parent: Parent | None = None
+) -> str:
     """The full text of ``generated/<module>.py``, black-formatted.
 
     ``turn`` carries what probing the first-pass class learned about assistant turns
     (see :mod:`compiler.probes`); without it the class can render but not parse or bridge.
+    ``parent`` (see :mod:`compiler.ladder`) is the class to inherit from, with the methods taken
+    from it unchanged.
     """
     names = TemplateNames(
         knobs={knob: knob_local(knob) for knob in facts.knobs},
         special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
     )
-    translator = Translator(facts.name, names, indent=2)
-    body = translator.translate_template(facts.ast)
+    program = translate(facts.ast, facts.name, names)
+    inherited = set(parent.inherited) if parent else set()
 
     lines: list[str] = []
     lines += header_docstring(facts, spec)
-    lines += [
-        "",
-        "from rllm_renderers import template_runtime as jinja",
-        "from rllm_renderers.base import GeneratedRenderer",
-        "from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat",
-        "",
-    ]
+    lines += ["", *import_lines(program, turn, parent), ""]
     for variable, value in sorted(facts.special_tokens.items()):
         lines.append(f"{constant_name(variable)} = {value!r}")
     lines += ["", ""]
-    lines.append(f"class {spec.class_name}(GeneratedRenderer):")
-    lines += class_docstring(facts, spec, turn)
+    base = parent.class_name if parent else "GeneratedRenderer"
+    lines.append(f"class {spec.class_name}({base}):")
+    lines += class_docstring(facts, spec, turn, parent)
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
     lines.append(f"    KNOBS = {tuple(facts.knobs)!r}")
@@ -120,16 +124,41 @@ def emit_module(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None 
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
         # what bridge_to_next_turn does when the template would rewrite the sampled turn
         lines.append('    DEFAULT_THINKING_RETENTION = "template"')
-    lines.append("")
-    lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
-    lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')
-    for knob in facts.knobs:
-        lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
-    lines += body
-    for method in translator.methods:
-        lines += ["", *method]
+    if "render_template" not in inherited:
+        lines.append("")
+        lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
+        lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')
+        for knob in facts.knobs:
+            lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
+        lines += statement_lines(program.body, 2)
+    for method in program.methods:
+        if method.name not in inherited:
+            lines += ["", *method_lines(method)]
     source = "\n".join(lines) + "\n"
     return black.format_str(source, mode=BLACK_MODE)
+
+
+def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | None) -> list[str]:
+    """The module's imports: only what its code uses."""
+    imports: list[ast.stmt] = []
+    statements = list(ir.walk_statements(program.body))
+    for method in program.methods:
+        statements += ir.walk_statements(method.body)
+    uses_runtime = any(
+        "jinja" in ir.names_read(expression) for statement in statements for expression in ir.expressions_of(statement)
+    ) or any(isinstance(statement, ir.Raise) for statement in statements)
+    if uses_runtime:
+        imports.append(ast.ImportFrom(module="rllm_renderers", names=[ast.alias("template_runtime", "jinja")], level=0))
+    if parent is None:
+        imports.append(ast.ImportFrom(module="rllm_renderers.base", names=[ast.alias("GeneratedRenderer")], level=0))
+    else:  # a sibling module of the same output folder
+        imports.append(ast.ImportFrom(module=parent.module, names=[ast.alias(parent.class_name)], level=1))
+    if turn is not None:
+        formats = {type(value).__name__ for value in (turn.turn, turn.reasoning, turn.tool_calls) if value is not None}
+        if formats:
+            names = [ast.alias(name) for name in sorted(formats)]
+            imports.append(ast.ImportFrom(module="rllm_renderers.formats", names=names, level=0))
+    return [ast.unparse(statement) for statement in imports]
 
 
 def header_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
@@ -146,7 +175,9 @@ def header_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
     ]
 
 
-def class_docstring(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None) -> list[str]:
+def class_docstring(
+    facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None, parent: Parent | None = None
+) -> list[str]:
     arguments = {
         "dict": "dicts (JSON-string arguments are parsed first)",
         "string": "JSON strings (dict arguments are serialised first)",
@@ -161,4 +192,6 @@ def class_docstring(facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | N
     ]
     if turn is not None:
         lines += ["", *("    " + line for line in turn.describe())]
+    if parent is not None:
+        lines.append(f"    Inherits from {parent.class_name} (same code): {', '.join(parent.inherited)}.")
     return lines + ['    """', ""]

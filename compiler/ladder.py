@@ -2,8 +2,8 @@
 
 Upstream templates are often near copies (Llama 3.1 and 3.2 differ in the system
 block only), and so are their translations. Rather than checking in the same
-method twice, a new class subclasses the checked-in class it shares the most
-identical methods with and keeps only the methods that differ, as
+method twice, a new class subclasses the class in its output folder it shares the most
+identical methods with (or an explicitly named one) and keeps only the methods that differ, as
 mistral-common's tokenizer versions do. The docstring says what is inherited.
 
 The parent is always a root class (it inherits from ``GeneratedRenderer``) whose
@@ -20,10 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import black
-
 MINIMUM_SHARED_LINES = 15  # below this, a subclass relation costs a reader more than it saves
-BASE_IMPORT = "from rllm_renderers.base import GeneratedRenderer"
 
 
 @dataclass(frozen=True)
@@ -86,34 +83,36 @@ def choose_parent(child: ModuleShape, folder: Path) -> tuple[ModuleShape, list[s
     return (best[2], best[3]) if best else None
 
 
-def inherit(code: str, child: ModuleShape, parent: ModuleShape, inherited: list[str], mode: black.Mode) -> str:
-    """``code`` with ``inherited`` methods removed and the class based on ``parent``'s class."""
-    lines = code.split("\n")
-    drop: set[int] = set()
-    for name in inherited:
-        first, last, _ = child.methods[name]
-        drop.update(range(first - 1, last))
-    kept = [line for number, line in enumerate(lines) if number not in drop]
-    text = "\n".join(kept)
-    text = text.replace(BASE_IMPORT, f"from generated.{parent.module} import {parent.class_name}", 1)
-    text = text.replace(f"class {child.class_name}(GeneratedRenderer):", f"class {child.class_name}({parent.class_name}):", 1)
-    note = (
-        f"    Inherits from {parent.class_name} (same code): {', '.join(sorted(inherited))}.\n"
-        '    """'
-    )
-    marker = '\n    """\n'
-    at = text.index(marker, text.index(f"class {child.class_name}("))
-    text = text[:at] + "\n" + note + "\n" + text[at + len(marker) :]
-    return black.format_str(text, mode=mode)
+@dataclass(frozen=True)
+class Parent:
+    """The class a generated module inherits from, and the methods it takes from it unchanged."""
+
+    module: str
+    class_name: str
+    inherited: tuple[str, ...]
 
 
-def with_ladder(module: str, code: str, folder: Path, mode: black.Mode) -> str:
-    """``code`` as a subclass of the best checked-in parent in ``folder``, or unchanged."""
+def choose_ladder_parent(module: str, code: str, folder: Path | None) -> Parent | None:
+    """The parent for ``code`` among the modules in ``folder`` (the output folder), or None.
+
+    Only ``folder`` is consulted, never the checkout's ``generated/``, so the same template and
+    output folder give the same bytes whatever the checkout holds.
+    """
     child = module_shape(module, code)
-    if child is None or not folder.is_dir():
-        return code
+    if child is None or folder is None or not folder.is_dir():
+        return None
     chosen = choose_parent(child, folder)
     if chosen is None:
-        return code
+        return None
     parent, inherited = chosen
-    return inherit(code, child, parent, inherited, mode)
+    return Parent(parent.module, parent.class_name, tuple(sorted(inherited)))
+
+
+def named_parent(module: str, code: str, folder: Path, parent_module: str) -> Parent:
+    """An explicitly named parent module in ``folder``: inherits the methods it shares with ``code``."""
+    child = module_shape(module, code)
+    path = folder / f"{parent_module}.py"
+    parent = module_shape(parent_module, path.read_text(encoding="utf-8")) if path.is_file() else None
+    if child is None or parent is None or parent.base != "GeneratedRenderer":
+        raise ValueError(f"{path} is not a generated root class to inherit from")
+    return Parent(parent.module, parent.class_name, tuple(sorted(shared_methods(child, parent))))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Any
 
 from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
-from .ladder import with_ladder
+from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .probes import ProbeError, ProbeFacts, probe
@@ -24,7 +25,7 @@ from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
-#: The checked-in renderers; a new class may inherit methods from one of them (see compiler.ladder).
+#: The checked-in renderers (the package ``generated``).
 GENERATED_DIR = Path(__file__).resolve().parent.parent / "generated"
 
 
@@ -44,6 +45,7 @@ class Compiled(Prepared):
 
     spec: ModuleSpec
     code: str
+    folder: Path | None = None  # where sibling modules (a ladder parent) are imported from
 
 
 def load_tokenizer_for(source: TemplateSource) -> Any:
@@ -108,9 +110,15 @@ def compile_source(
     *,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
-    ladder_dir: Path | None = GENERATED_DIR,
+    ladder_dir: Path | None = None,
+    parent_module: str | None = None,
 ) -> Compiled:
-    """Analyse and emit (no verification, nothing written)."""
+    """Analyse and emit (no verification, nothing written).
+
+    ``ladder_dir`` is the output folder: the class may inherit from a module already there (see
+    :mod:`compiler.ladder`), or from ``parent_module`` there when it is named. Nothing else is
+    consulted, so the same template and output folder give the same bytes in any checkout.
+    """
     prepared = prepare_source(source, special_tokens=special_tokens)
     facts, tokenizer = prepared.facts, prepared.tokenizer
     module_name = module or family_module_name(source.model_id)
@@ -128,22 +136,48 @@ def compile_source(
     except ProbeError as exc:
         raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
     code = emit_module(facts, spec, turn)
-    if ladder_dir is not None:
-        code = with_ladder(spec.module, code, ladder_dir, BLACK_MODE)
-    return Compiled(source, facts, tokenizer, prepared.oracle, spec, code)
+    if parent_module is not None:
+        if ladder_dir is None:
+            raise CompileError(f"a named parent ({parent_module}) needs the output folder it lives in")
+        try:
+            parent = named_parent(spec.module, code, ladder_dir, parent_module)
+        except ValueError as exc:
+            raise CompileError(str(exc), template=facts.name) from None
+    else:
+        parent = choose_ladder_parent(spec.module, code, ladder_dir)
+    if parent is not None:
+        code = emit_module(facts, spec, turn, parent)
+    return Compiled(source, facts, tokenizer, prepared.oracle, spec, code, ladder_dir)
 
 
-def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
-    """Execute generated code as a fresh module (not registered in sys.modules)."""
-    module = types.ModuleType(f"generated.{module_name}")
+def folder_package(folder: Path | None) -> str:
+    """A package name whose modules are the files of ``folder`` (for a generated module's
+    ``from .parent import ...``): ``generated`` for the checked-in folder, a private one otherwise."""
+    if folder is None or folder.resolve() == GENERATED_DIR.resolve():
+        ensure_importable()
+        return "generated"
+    package = "_rllm_generated_" + hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
+    if package not in sys.modules:
+        module = types.ModuleType(package)
+        module.__path__ = [str(folder.resolve())]
+        sys.modules[package] = module
+    return package
+
+
+def load_renderer_class(code: str, module_name: str, class_name: str, folder: Path | None = None) -> type:
+    """Execute generated code as a fresh module (not registered in sys.modules); its relative
+    imports (a ladder parent) come from ``folder``."""
+    package = folder_package(folder)
+    module = types.ModuleType(f"{package}.{module_name}")
     module.__file__ = f"<generated {module_name}>"
+    module.__package__ = package
     exec(compile(code, module.__file__, "exec"), module.__dict__)
     return getattr(module, class_name)
 
 
 def load_generated_file(path: Path) -> type:
-    """The renderer class defined in a checked-in generated file."""
-    spec = importlib.util.spec_from_file_location(f"generated.{path.stem}", path)
+    """The renderer class defined in a generated file (its siblings importable as its package)."""
+    spec = importlib.util.spec_from_file_location(f"{folder_package(path.parent)}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     classes = [
@@ -189,10 +223,13 @@ def generate(
     seed: int,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
+    parent_module: str | None = None,
 ) -> tuple[Path, VerificationReport]:
     """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
-    compiled = compile_source(source, module=module, special_tokens=special_tokens)
-    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    compiled = compile_source(
+        source, module=module, special_tokens=special_tokens, ladder_dir=out_dir, parent_module=parent_module
+    )
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name, out_dir)
     report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)

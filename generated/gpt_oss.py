@@ -43,10 +43,7 @@ class GptOssRenderer(GeneratedRenderer):
         content_start="<|channel|>final<|message|>",
     )
     TOOL_CALLS = ToolCallFormat(
-        style="json",
-        call_start=" to=functions.",
-        name_end="<|channel|>commentary json<|message|>",
-        call_end="",
+        style="json", call_start=" to=functions.", name_end="<|channel|>commentary json<|message|>", call_end=""
     )
     PREFIX_STABLE = False
     DEFAULT_THINKING_RETENTION = "template"
@@ -78,9 +75,7 @@ class GptOssRenderer(GeneratedRenderer):
                     elif param_spec["items"]["type"] == "boolean":
                         parts_.append("boolean[]")
                     else:
-                        inner_type = macro_render_typescript_type(
-                            param_spec["items"], required_params
-                        )
+                        inner_type = macro_render_typescript_type(param_spec["items"], required_params)
                         # L23: {% if %}
                         if inner_type == "object | object" or len(inner_type) > 50:
                             parts_.append("any[]")
@@ -97,8 +92,8 @@ class GptOssRenderer(GeneratedRenderer):
             elif (
                 jinja.defined(param_spec["type"])
                 and jinja.is_iterable(param_spec["type"])
-                and not isinstance(param_spec["type"], str)
-                and not isinstance(param_spec["type"], dict)
+                and (not isinstance(param_spec["type"], str))
+                and (not jinja.is_mapping(param_spec["type"]))
                 and jinja.defined(param_spec["type"][0])
             ):
                 # L40: {% if %}
@@ -112,6 +107,7 @@ class GptOssRenderer(GeneratedRenderer):
                 for variant in param_spec["oneOf"]:
                     # L49: {% if %}
                     if variant["type"] == "object":
+                        # Jinja scoping: this 'has_object_variants' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'has_object_variants_2'
                         has_object_variants_2 = True
                 # L53: {% if %}
                 if has_object_variants and len(param_spec["oneOf"]) > 1:
@@ -126,14 +122,10 @@ class GptOssRenderer(GeneratedRenderer):
                             parts_.append("// " + variant["description"])
                         # L61: {% if %}
                         if jinja.defined(variant["default"]):
-                            parts_.append(
-                                "                    "
-                                + "// default: "
-                                + jinja.tojson(variant["default"])
-                            )
+                            parts_.append("                    // default: " + jinja.tojson(variant["default"]))
                         # L64: {% if %}
                         if variant_index != len(items) - 1:
-                            parts_.append(" | " + "\n")
+                            parts_.append(" | \n")
             elif param_spec["type"] == "string":
                 # L70: {% if %}
                 if param_spec["enum"]:
@@ -161,8 +153,7 @@ class GptOssRenderer(GeneratedRenderer):
                         if prop_name not in (param_spec["required"] or []):
                             parts_.append("?")
                         parts_.append(
-                            ": "
-                            + "\n                "
+                            ": \n                "
                             + macro_render_typescript_type(prop_spec, param_spec["required"] or [])
                         )
                         # L95: {% if %}
@@ -180,13 +171,11 @@ class GptOssRenderer(GeneratedRenderer):
             namespace_name=jinja.Undefined("namespace_name"), tools_2=jinja.Undefined("tools")
         ):
             parts_ = []
-            parts_.append(
-                "## " + namespace_name + "\n\n" + "namespace " + namespace_name + " {\n\n"
-            )
+            parts_.append("## " + namespace_name + "\n\nnamespace " + namespace_name + " {\n\n")
             # L111: {% for %}
             for tool in tools_2:
                 tool = tool["function"]
-                parts_.append("// " + tool["description"] + "\n" + "type " + tool["name"] + " = ")
+                parts_.append("// " + tool["description"] + "\ntype " + tool["name"] + " = ")
                 # L115: {% if %}
                 if tool["parameters"] and tool["parameters"]["properties"]:
                     parts_.append("(_: {\n")
@@ -201,10 +190,7 @@ class GptOssRenderer(GeneratedRenderer):
                         if param_name not in (tool["parameters"]["required"] or []):
                             parts_.append("?")
                         parts_.append(
-                            ": "
-                            + macro_render_typescript_type(
-                                param_spec_2, tool["parameters"]["required"] or []
-                            )
+                            ": " + macro_render_typescript_type(param_spec_2, tool["parameters"]["required"] or [])
                         )
                         # L127: {% if %}
                         if jinja.defined(param_spec_2["default"]):
@@ -214,14 +200,9 @@ class GptOssRenderer(GeneratedRenderer):
                             elif param_spec_2["oneOf"]:
                                 parts_.append("// default: " + param_spec_2["default"])
                             else:
-                                parts_.append(
-                                    ", // default: " + jinja.tojson(param_spec_2["default"])
-                                )
-                        # L136: {% if %}
-                        if index != len(items) - 1:
-                            parts_.append(",\n")
-                        else:
-                            parts_.append(",\n")
+                                parts_.append(", // default: " + jinja.tojson(param_spec_2["default"]))
+                        # L136: {% if %}: both branches are the same
+                        parts_.append(",\n")
                     parts_.append("}) => any;\n\n")
                 else:
                     parts_.append("() => any;\n\n")
@@ -236,68 +217,36 @@ class GptOssRenderer(GeneratedRenderer):
             # L151: {% if %}
             if browser_tool:
                 parts_.append(
-                    "## browser\n\n"
-                    + "// Tool for browsing.\n"
-                    + "// The `cursor` appears in brackets before each browsing display: `[{cursor}]`.\n"
-                    + "// Cite information from the tool using the following format:\n"
-                    + "// `【{cursor}†L{line_start}(-L{line_end})?】`, for example: `【6†L9-L11】` or `【8†L3】`.\n"
-                    + "// Do not quote more than 10 words directly from the tool output.\n"
-                    + "// sources=web (default: web)\n"
-                    + "namespace browser {\n\n"
-                    + "// Searches for information related to `query` and displays `topn` results.\n"
-                    + "type search = (_: {\n"
-                    + "query: string,\n"
-                    + "topn?: number, // default: 10\n"
-                    + "source?: string,\n"
-                    + "}) => any;\n\n"
-                    + "// Opens the link `id` from the page indicated by `cursor` starting at line number `loc`, showing `num_lines` lines.\n"
-                    + "// Valid link ids are displayed with the formatting: `【{id}†.*】`.\n"
-                    + "// If `cursor` is not provided, the most recent page is implied.\n"
-                    + "// If `id` is a string, it is treated as a fully qualified URL associated with `source`.\n"
-                    + "// If `loc` is not provided, the viewport will be positioned at the beginning of the document or centered on the most relevant passage, if available.\n"
-                    + "// Use this function without `id` to scroll to a new location of an opened page.\n"
-                    + "type open = (_: {\n"
-                    + "id?: number | string, // default: -1\n"
-                    + "cursor?: number, // default: -1\n"
-                    + "loc?: number, // default: -1\n"
-                    + "num_lines?: number, // default: -1\n"
-                    + "view_source?: boolean, // default: false\n"
-                    + "source?: string,\n"
-                    + "}) => any;\n\n"
-                    + "// Finds exact matches of `pattern` in the current page, or the page given by `cursor`.\n"
-                    + "type find = (_: {\n"
-                    + "pattern: string,\n"
-                    + "cursor?: number, // default: -1\n"
-                    + "}) => any;\n\n"
-                    + "} // namespace browser\n\n"
+                    "## browser\n\n// Tool for browsing.\n// The `cursor` appears in brackets before each browsing display: `[{cursor}]`.\n// Cite information from the tool using the following format:\n// `【{cursor}†L{line_start}(-L{line_end})?】`, for example: `【6†L9-L11】` or `【8†L3】`.\n// Do not quote more than 10 words directly from the tool output.\n// sources=web (default: web)\nnamespace browser {\n\n// Searches for information related to `query` and displays `topn` results.\ntype search = (_: {\nquery: string,\ntopn?: number, // default: 10\nsource?: string,\n}) => any;\n\n// Opens the link `id` from the page indicated by `cursor` starting at line number `loc`, showing `num_lines` lines.\n// Valid link ids are displayed with the formatting: `【{id}†.*】`.\n// If `cursor` is not provided, the most recent page is implied.\n// If `id` is a string, it is treated as a fully qualified URL associated with `source`.\n// If `loc` is not provided, the viewport will be positioned at the beginning of the document or centered on the most relevant passage, if available.\n// Use this function without `id` to scroll to a new location of an opened page.\ntype open = (_: {\nid?: number | string, // default: -1\ncursor?: number, // default: -1\nloc?: number, // default: -1\nnum_lines?: number, // default: -1\nview_source?: boolean, // default: false\nsource?: string,\n}) => any;\n\n// Finds exact matches of `pattern` in the current page, or the page given by `cursor`.\ntype find = (_: {\npattern: string,\ncursor?: number, // default: -1\n}) => any;\n\n} // namespace browser\n\n"
                 )
             # L188: {% if %}
             if python_tool:
                 parts_.append(
-                    "## python\n\n"
-                    + "Use this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\n"
-                    + "When you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
+                    "## python\n\nUse this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\nWhen you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
                 )
             return "".join(parts_)
 
         # L196: {% macro build_system_message %}
         def macro_build_system_message():
             parts_ = []
+            # Jinja scoping: this 'model_identity' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'model_identity_2'
             model_identity_2 = model_identity
+            # Jinja scoping: this 'reasoning_effort' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'reasoning_effort_2'
             reasoning_effort_2 = reasoning_effort
             # L197: {% if %}
             if not jinja.defined(model_identity_2):
+                # Jinja scoping: this 'model_identity' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'model_identity_2'
                 model_identity_2 = "You are ChatGPT, a large language model trained by OpenAI."
             parts_.append(
                 model_identity_2
                 + "\n"
-                + "Knowledge cutoff: 2024-06\n"
-                + "Current date: "
+                + "Knowledge cutoff: 2024-06\nCurrent date: "
                 + jinja.strftime_now("%Y-%m-%d")
                 + "\n\n"
             )
             # L203: {% if %}
             if not jinja.defined(reasoning_effort_2):
+                # Jinja scoping: this 'reasoning_effort' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'reasoning_effort_2'
                 reasoning_effort_2 = "medium"
             parts_.append("Reasoning: " + reasoning_effort_2 + "\n\n")
             # L207: {% if %}
@@ -312,18 +261,12 @@ class GptOssRenderer(GeneratedRenderer):
                     elif tool == "python":
                         available_builtin_tools.python = True
                 parts_.append(
-                    macro_render_builtin_tools(
-                        available_builtin_tools.browser, available_builtin_tools.python
-                    )
+                    macro_render_builtin_tools(available_builtin_tools.browser, available_builtin_tools.python)
                 )
-            parts_.append(
-                "# Valid channels: analysis, commentary, final. Channel must be included for every message."
-            )
+            parts_.append("# Valid channels: analysis, commentary, final. Channel must be included for every message.")
             # L220: {% if %}
             if tools:
-                parts_.append(
-                    "\nCalls to these tools must go to the commentary channel: 'functions'."
-                )
+                parts_.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
             return "".join(parts_)
 
         out.append("<|start|>system<|message|>" + macro_build_system_message() + "<|end|>")
@@ -350,14 +293,7 @@ class GptOssRenderer(GeneratedRenderer):
             out.mark_message(message)
             # L261: {% if %} on the message's role
             if message["role"] == "assistant":
-                self.render_assistant(
-                    out,
-                    message,
-                    message_index,
-                    loop_messages,
-                    last_tool_call,
-                    add_generation_prompt,
-                )
+                self.render_assistant(out, message, message_index, loop_messages, last_tool_call, add_generation_prompt)
             elif message["role"] == "tool":
                 self.render_tool(out, message, last_tool_call)
             elif message["role"] == "user":
@@ -367,9 +303,7 @@ class GptOssRenderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
-    def render_assistant(
-        self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt
-    ):
+    def render_assistant(self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt):
         """The template's assistant branch of the message loop (lines 261-315)."""
         # L263: {% if %}
         if "content" in message:
@@ -378,12 +312,8 @@ class GptOssRenderer(GeneratedRenderer):
                 "<|channel|>analysis<|message|>" in message["content"]
                 or "<|channel|>final<|message|>" in message["content"]
             ):
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "You have passed a message containing <|channel|> tags in the content field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
-                        )
-                    )
+                raise jinja.TemplateError(
+                    "You have passed a message containing <|channel|> tags in the content field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
                 )
         # L268: {% if %}
         if "thinking" in message:
@@ -392,12 +322,8 @@ class GptOssRenderer(GeneratedRenderer):
                 "<|channel|>analysis<|message|>" in message["thinking"]
                 or "<|channel|>final<|message|>" in message["thinking"]
             ):
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "You have passed a message containing <|channel|> tags in the thinking field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
-                        )
-                    )
+                raise jinja.TemplateError(
+                    "You have passed a message containing <|channel|> tags in the thinking field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
                 )
         # L273: {% if %}
         if "tool_calls" in message:
@@ -413,67 +339,37 @@ class GptOssRenderer(GeneratedRenderer):
                 tool_call = tool_call["function"]
             # L289: {% if %}
             if message["content"] and message["thinking"]:
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
-                        )
-                    )
+                raise jinja.TemplateError(
+                    "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
                 )
-            elif message["content"] and not future_final_message.found:
-                out.append(
-                    "<|start|>assistant<|channel|>analysis<|message|>"
-                    + message["content"]
-                    + "<|end|>"
-                )
-            elif message["thinking"] and not future_final_message.found:
-                out.append(
-                    "<|start|>assistant<|channel|>analysis<|message|>"
-                    + message["thinking"]
-                    + "<|end|>"
-                )
+            elif message["content"] and (not future_final_message.found):
+                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["content"] + "<|end|>")
+            elif message["thinking"] and (not future_final_message.found):
+                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["thinking"] + "<|end|>")
             out.append(
-                "<|start|>assistant to="
-                + "functions."
+                "<|start|>assistant to=functions."
                 + tool_call["name"]
                 + "<|channel|>commentary "
-                + (
-                    tool_call["content_type"]
-                    if jinja.defined(tool_call["content_type"])
-                    else "json"
-                )
-                + "<|message|>"
+                + ((tool_call["content_type"] if jinja.defined(tool_call["content_type"]) else "json") + "<|message|>")
                 + jinja.tojson(tool_call["arguments"])
                 + "<|call|>"
             )
             last_tool_call.name = tool_call["name"]
-        elif message_index == len(loop_messages) - 1 and not add_generation_prompt:
+        elif message_index == len(loop_messages) - 1 and (not add_generation_prompt):
             # L305: {% if %}
             if "thinking" in message:
-                out.append(
-                    "<|start|>assistant<|channel|>analysis<|message|>"
-                    + message["thinking"]
-                    + "<|end|>"
-                )
-            out.append(
-                "<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|return|>"
-            )
+                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["thinking"] + "<|end|>")
+            out.append("<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|return|>")
         else:
-            out.append(
-                "<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|end|>"
-            )
+            out.append("<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|end|>")
             last_tool_call.name = None
 
     def render_tool(self, out, message, last_tool_call):
         """The template's tool branch of the message loop (lines 317-322)."""
         # L318: {% if %}
         if last_tool_call.name is None:
-            out.append(
-                str(
-                    jinja.raise_exception(
-                        "Message has tool role, but there was no previous assistant message with a tool call!"
-                    )
-                )
+            raise jinja.TemplateError(
+                "Message has tool role, but there was no previous assistant message with a tool call!"
             )
         out.append(
             "<|start|>functions."

@@ -79,9 +79,11 @@ class Qwen3Renderer(GeneratedRenderer):
             if (
                 ns.multi_step_tool
                 and message["role"] == "user"
-                and not (
-                    message["content"].startswith("<tool_response>")
-                    and message["content"].endswith("</tool_response>")
+                and (
+                    not (
+                        message["content"].startswith("<tool_response>")
+                        and message["content"].endswith("</tool_response>")
+                    )
                 )
             ):
                 ns.multi_step_tool = False
@@ -106,9 +108,7 @@ class Qwen3Renderer(GeneratedRenderer):
 
     def render_user_or_system(self, out, message):
         """The template's user / system branch of the message loop (lines 26-27)."""
-        out.append(
-            "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>" + "\n"
-        )
+        out.append("<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, ns, messages):
         """The template's assistant branch of the message loop (lines 28-67)."""
@@ -122,18 +122,12 @@ class Qwen3Renderer(GeneratedRenderer):
             if "</think>" in message["content"]:
                 content = message["content"].split("</think>")[-1].lstrip("\n")
                 reasoning_content = (
-                    message["content"]
-                    .split("</think>")[0]
-                    .rstrip("\n")
-                    .split("<think>")[-1]
-                    .lstrip("\n")
+                    message["content"].split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 )
         # L39: {% if %}
         if message_index > ns.last_query_index:
             # L40: {% if %}
-            if message_index == len(messages) - 1 or (
-                message_index != len(messages) - 1 and reasoning_content
-            ):
+            if message_index == len(messages) - 1 or (message_index != len(messages) - 1 and reasoning_content):
                 out.append(
                     "<|im_start|>"
                     + message["role"]
@@ -151,17 +145,19 @@ class Qwen3Renderer(GeneratedRenderer):
             # L49: {% for %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
                 # L50: {% if %}
-                if (tool_call_index == 0 and content) or tool_call_index != 0:
+                if tool_call_index == 0 and content or tool_call_index != 0:
                     out.append("\n")
                 # L53: {% if %}
                 if tool_call["function"]:
                     tool_call = tool_call["function"]
-                out.append('<tool_call>\n{"name": "' + str(tool_call["name"]) + '", "arguments": ')
+                out.append('<tool_call>\n{"name": "')
+                out.append_content(str(tool_call["name"]))
+                out.append('", "arguments": ')
                 # L59: {% if %}
                 if isinstance(tool_call["arguments"], str):
-                    out.append(str(tool_call["arguments"]))
+                    out.append_content(str(tool_call["arguments"]))
                 else:
-                    out.append(jinja.tojson(tool_call["arguments"]))
+                    out.append_content(jinja.tojson(tool_call["arguments"]))
                 out.append("}\n</tool_call>")
         out.append("<|im_end|>\n")
 
@@ -170,7 +166,9 @@ class Qwen3Renderer(GeneratedRenderer):
         # L69: {% if %}
         if message_index == 0 or messages[message_index - 1]["role"] != "tool":
             out.append("<|im_start|>user")
-        out.append("\n<tool_response>\n" + str(message["content"]) + "\n</tool_response>")
+        out.append("\n<tool_response>\n")
+        out.append_content(str(message["content"]))
+        out.append("\n</tool_response>")
         # L75: {% if %}
         if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
             out.append("<|im_end|>\n")

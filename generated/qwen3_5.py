@@ -69,16 +69,14 @@ class Qwen35Renderer(GeneratedRenderer):
             # L4: {% if %}
             if isinstance(content, str):
                 parts_.append(str(content))
-            elif jinja.is_iterable(content) and not isinstance(content, dict):
+            elif jinja.is_iterable(content) and (not jinja.is_mapping(content)):
                 # L7: {% for %}
                 for item in content:
                     # L8: {% if %}
-                    if ("image" in item or "image_url" in item) or item["type"] == "image":
+                    if "image" in item or "image_url" in item or item["type"] == "image":
                         # L9: {% if %}
                         if is_system_content:
-                            parts_.append(
-                                str(jinja.raise_exception("System message cannot contain images."))
-                            )
+                            raise jinja.TemplateError("System message cannot contain images.")
                         # L12: {% if %}
                         if do_vision_count:
                             image_count.value = image_count.value + 1
@@ -89,9 +87,7 @@ class Qwen35Renderer(GeneratedRenderer):
                     elif "video" in item or item["type"] == "video":
                         # L20: {% if %}
                         if is_system_content:
-                            parts_.append(
-                                str(jinja.raise_exception("System message cannot contain videos."))
-                            )
+                            raise jinja.TemplateError("System message cannot contain videos.")
                         # L23: {% if %}
                         if do_vision_count:
                             video_count.value = video_count.value + 1
@@ -102,33 +98,28 @@ class Qwen35Renderer(GeneratedRenderer):
                     elif "text" in item:
                         parts_.append(str(item["text"]))
                     else:
-                        parts_.append(
-                            str(jinja.raise_exception("Unexpected item type in content."))
-                        )
+                        raise jinja.TemplateError("Unexpected item type in content.")
             elif content is None or not jinja.defined(content):
                 pass
             else:
-                parts_.append(str(jinja.raise_exception("Unexpected content type.")))
+                raise jinja.TemplateError("Unexpected content type.")
             return "".join(parts_)
 
         # L42: {% if %}
         if not messages:
-            out.append(str(jinja.raise_exception("No messages provided.")))
+            raise jinja.TemplateError("No messages provided.")
         # L45: {% if %}
-        if tools and jinja.is_iterable(tools) and not isinstance(tools, dict):
-            out.append(
-                "<|im_start|>system\n"
-                + "# Tools\n\nYou have access to the following functions:\n\n<tools>"
-            )
+        if tools and jinja.is_iterable(tools) and (not jinja.is_mapping(tools)):
+            out.append("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>")
             # L48: {% for %}
             for tool in tools:
                 out.append("\n" + jinja.tojson(tool))
             out.append(
-                "\n</tools>"
-                + "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
+                "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
             # L54: {% if %}
             if messages[0]["role"] == "system":
+                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_2'
                 content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 # L56: {% if %}
                 if content_2:
@@ -137,6 +128,7 @@ class Qwen35Renderer(GeneratedRenderer):
         else:
             # L62: {% if %}
             if messages[0]["role"] == "system":
+                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_2'
                 content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 out.append("<|im_start|>system\n" + content_2 + "<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
@@ -145,20 +137,19 @@ class Qwen35Renderer(GeneratedRenderer):
             index = len(messages) - 1 - message_index
             # L70: {% if %}
             if ns.multi_step_tool and message["role"] == "user":
+                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_3'
                 content_3 = jinja.trim(macro_render_content(message["content"], False))
                 # L72: {% if %}
-                if not (
-                    content_3.startswith("<tool_response>")
-                    and content_3.endswith("</tool_response>")
-                ):
+                if not (content_3.startswith("<tool_response>") and content_3.endswith("</tool_response>")):
                     ns.multi_step_tool = False
                     ns.last_query_index = index
         # L78: {% if %}
         if ns.multi_step_tool:
-            out.append(str(jinja.raise_exception("No user query found in messages.")))
+            raise jinja.TemplateError("No user query found in messages.")
         # L81: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
+            # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_4'
             content_4 = jinja.trim(macro_render_content(message["content"], True))
             # L83: {% if %} on the message's role
             if message["role"] == "system":
@@ -170,7 +161,7 @@ class Qwen35Renderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, message_index, messages, content_4)
             else:
-                out.append(str(jinja.raise_exception("Unexpected message role.")))
+                raise jinja.TemplateError("Unexpected message role.")
         out.mark_scaffold()
         # L147: {% if %}
         if add_generation_prompt:
@@ -185,11 +176,11 @@ class Qwen35Renderer(GeneratedRenderer):
         """The template's system branch of the message loop (lines 83-85)."""
         # L84: {% if %}
         if message_index != 0:
-            out.append(str(jinja.raise_exception("System message must be at the beginning.")))
+            raise jinja.TemplateError("System message must be at the beginning.")
 
     def render_user(self, out, message, content_4):
         """The template's user branch of the message loop (lines 87-88)."""
-        out.append("<|im_start|>" + message["role"] + "\n" + content_4 + "<|im_end|>" + "\n")
+        out.append("<|im_start|>" + message["role"] + "\n" + content_4 + "<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, content_4, ns):
         """The template's assistant branch of the message loop (lines 89-130)."""
@@ -200,20 +191,14 @@ class Qwen35Renderer(GeneratedRenderer):
         else:
             # L94: {% if %}
             if "</think>" in content_4:
-                reasoning_content = (
-                    content_4.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                )
+                reasoning_content = content_4.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_4'
                 content_4 = content_4.split("</think>")[-1].lstrip("\n")
         reasoning_content = jinja.trim(reasoning_content)
         # L100: {% if %}
         if message_index > ns.last_query_index:
             out.append(
-                "<|im_start|>"
-                + message["role"]
-                + "\n<think>\n"
-                + reasoning_content
-                + "\n</think>\n\n"
-                + content_4
+                "<|im_start|>" + message["role"] + "\n<think>\n" + reasoning_content + "\n</think>\n\n" + content_4
             )
         else:
             out.append("<|im_start|>" + message["role"] + "\n" + content_4)
@@ -221,7 +206,7 @@ class Qwen35Renderer(GeneratedRenderer):
         if (
             message["tool_calls"]
             and jinja.is_iterable(message["tool_calls"])
-            and not isinstance(message["tool_calls"], dict)
+            and (not jinja.is_mapping(message["tool_calls"]))
         ):
             # L106: {% for %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
@@ -244,8 +229,8 @@ class Qwen35Renderer(GeneratedRenderer):
                         out.append("<parameter=" + args_name + ">\n")
                         args_value = (
                             jinja.mark_safe(jinja.tojson(args_value))
-                            if isinstance(args_value, dict)
-                            or (jinja.is_sequence(args_value) and not isinstance(args_value, str))
+                            if jinja.is_mapping(args_value)
+                            or (jinja.is_sequence(args_value) and (not isinstance(args_value, str)))
                             else jinja.soft_str(args_value)
                         )
                         out.append(str(args_value) + "\n</parameter>\n")
@@ -263,11 +248,9 @@ class Qwen35Renderer(GeneratedRenderer):
         # L138: {% if %}
         if (
             message_index != len(messages) - 1
-            and (
-                messages[message_index + 1]
-                if message_index + 1 < len(messages)
-                else jinja.Undefined("nextitem")
-            )["role"]
+            and (messages[message_index + 1] if message_index + 1 < len(messages) else jinja.Undefined("nextitem"))[
+                "role"
+            ]
             != "tool"
         ):
             out.append("<|im_end|>\n")

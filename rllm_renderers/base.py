@@ -232,7 +232,6 @@ class GeneratedRenderer(ABC):
         spans = out.message_spans()
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages)
-        content_ranges = sampled_ranges + self._body_ranges(text, message_ranges, messages)
         message_indices = []
         span = 0
         for offset in offsets:
@@ -243,7 +242,7 @@ class GeneratedRenderer(ABC):
             token_ids=token_ids,
             message_indices=message_indices,
             sampled_mask=inside_ranges(offsets, sampled_ranges),
-            is_content=inside_ranges(offsets, content_ranges),
+            is_content=inside_ranges(offsets, out.content_ranges()),
             message_roles=[message.get("role", "") for message in messages],
             message_tool_names=tool_names(messages),
         )
@@ -269,17 +268,6 @@ class GeneratedRenderer(ABC):
                 header += 1
             close_end = end - len(self.TURN.after_close) if body.endswith(self.TURN.after_close) else end
             ranges.append((start + header, close_end))
-        return ranges
-
-    def _body_ranges(self, text: str, message_ranges, messages: list[Message]) -> list[tuple[int, int]]:
-        """Where each non-assistant message's content landed in its span (assistants: the sampled range)."""
-        ranges = []
-        for index, (start, end) in message_ranges.items():
-            content = messages[index].get("content")
-            if messages[index].get("role") != "assistant" and isinstance(content, str) and content:
-                at = text.find(content, start, end)
-                if at >= 0:
-                    ranges.append((at, at + len(content)))
         return ranges
 
     # --- facts used by the parser and the bridge --------------------------------------

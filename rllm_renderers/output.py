@@ -9,19 +9,30 @@ class RenderOutput:
     """Collects rendered text pieces and remembers which message each piece belongs to.
 
     Generated code calls ``out.append(text)`` for every piece the template outputs,
+    ``out.append_content(text)`` for a piece that is a message's own text (its content,
+    reasoning or tool calls, as the translator knows from the template),
     ``out.mark_message(message)`` when its message loop starts rendering a message
     and ``out.mark_scaffold()`` when it leaves the loop. Messages are recognised by
     identity, so the marks stay right when a template slices ``messages``
     (``messages[1:]``) or loops over a filtered copy.
     """
 
-    __slots__ = ("parts", "append", "marks", "_index_by_id")
+    __slots__ = ("parts", "append", "marks", "content_parts", "_index_by_id")
 
     def __init__(self, messages: list[Any]) -> None:
         self.parts: list[str] = []
         self.append = self.parts.append
         self.marks: list[tuple[int, int]] = []
+        self.content_parts: list[int] = []  # indices into parts of message text
         self._index_by_id = {id(message): index for index, message in enumerate(messages)}
+
+    def append_content(self, text: str) -> None:
+        """Append a piece of a message's own text (attributed as content).
+
+        ``"" + text`` for a non-str raises what the template's own ``+`` would have raised.
+        """
+        self.content_parts.append(len(self.parts))
+        self.parts.append(text if type(text) is str else "" + text)
 
     def mark_message(self, message: Any) -> None:
         """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""
@@ -33,6 +44,20 @@ class RenderOutput:
 
     def text(self) -> str:
         return "".join(self.parts)
+
+    def content_ranges(self) -> list[tuple[int, int]]:
+        """Half-open character ranges of the pieces appended with :meth:`append_content`."""
+        ranges = []
+        offset = 0
+        content = iter(self.content_parts)
+        next_content = next(content, None)
+        for index, part in enumerate(self.parts):
+            if index == next_content:
+                if part:
+                    ranges.append((offset, offset + len(part)))
+                next_content = next(content, None)
+            offset += len(part)
+        return ranges
 
     def message_spans(self) -> list[tuple[int, int]]:
         """``(char_start, message_index)`` pairs, in order, starting at character 0 with -1."""

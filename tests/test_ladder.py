@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.emit import BLACK_MODE
-from compiler.ladder import with_ladder
+from compiler.ladder import Parent, choose_ladder_parent
 
 ROLE_METHOD = '''
     def render_user(self, out, message):
@@ -52,18 +52,26 @@ def module(name: str, cls: str, *, bos: str = "<s>", marker: str = "x", lines: t
 def test_identical_methods_are_inherited_from_an_earlier_root_class(tmp_path: Path):
     (tmp_path / "fam_1.py").write_text(module("fam_1", "Fam1Renderer"), encoding="utf-8")
     # same role method at other template lines, different render_template
-    child = with_ladder("fam_2", module("fam_2", "Fam2Renderer", marker="y", lines=(5, 11)), tmp_path, BLACK_MODE)
-    assert "from generated.fam_1 import Fam1Renderer" in child
-    assert "class Fam2Renderer(Fam1Renderer):" in child
-    assert "def render_user" not in child and "def render_template" in child
-    assert "Inherits from Fam1Renderer (same code): render_user." in child
-    compile(child, "fam_2.py", "exec")
+    parent = choose_ladder_parent("fam_2", module("fam_2", "Fam2Renderer", marker="y", lines=(5, 11)), tmp_path)
+    assert parent == Parent("fam_1", "Fam1Renderer", ("render_user",))
 
 
 def test_no_ladder_when_constants_differ_or_the_parent_sorts_later(tmp_path: Path):
     (tmp_path / "fam_1.py").write_text(module("fam_1", "Fam1Renderer", bos="<bos>"), encoding="utf-8")
-    code = module("fam_2", "Fam2Renderer")
-    assert with_ladder("fam_2", code, tmp_path, BLACK_MODE) == code  # BOS_TOKEN differs
+    assert choose_ladder_parent("fam_2", module("fam_2", "Fam2Renderer"), tmp_path) is None  # BOS_TOKEN differs
     (tmp_path / "fam_3.py").write_text(module("fam_3", "Fam3Renderer"), encoding="utf-8")
-    code = module("fam_0", "Fam0Renderer")
-    assert with_ladder("fam_0", code, tmp_path, BLACK_MODE) == code  # parents must sort earlier
+    assert choose_ladder_parent("fam_0", module("fam_0", "Fam0Renderer"), tmp_path) is None  # must sort earlier
+
+
+def test_only_the_output_folder_is_consulted(tmp_path: Path):
+    (tmp_path / "fam_1.py").write_text(module("fam_1", "Fam1Renderer"), encoding="utf-8")
+    assert choose_ladder_parent("fam_2", module("fam_2", "Fam2Renderer"), tmp_path / "empty") is None
+    assert choose_ladder_parent("fam_2", module("fam_2", "Fam2Renderer"), None) is None
+
+
+def test_black_mode_is_the_repository_configuration():
+    import tomllib
+
+    settings = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["tool"]["black"]
+    assert BLACK_MODE.line_length == settings["line-length"]
+    assert {version.name.lower() for version in BLACK_MODE.target_versions} == set(settings["target-version"])

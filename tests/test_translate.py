@@ -1,4 +1,4 @@
-"""Unit tests of the translator (compiler/translate.py) and emitter (compiler/emit.py).
+"""Unit tests of the translator (compiler/translator/) and emitter (compiler/emit.py).
 
 Every test compiles a small template string into a renderer class, with no tokenizer, and
 checks it against transformers' own rendering (``TemplateOracle`` in text-only mode) on
@@ -995,29 +995,57 @@ def test_filter_generators_are_truthy(source):
     check(source, xs=[])
 
 
+# --- every statement transformers' sandbox allows -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% macro m(a) %}[{{ caller(a) }}]{% endmacro %}{% call(x) m('v') %}<{{ x }}>{% endcall %}",
+        "{% macro m() %}{{ caller() }}|{{ caller() }}{% endmacro %}{% set y = 1 %}{% call m() %}{{ y }}{% endcall %}",
+        "{% filter upper %}a{{ xs|length }}b{% endfilter %}",
+        "{% set y = 'o' %}{% filter trim %}  {{ y }}{% set y = 'i' %}{{ y }} {% endfilter %}[{{ y }}]",
+        "{% set x | upper %}a{{ xs|length }}{% endset %}{{ x }}",
+        "{% set x %}a{% for v in xs %}{{ v }}{% endfor %}{% endset %}{{ x }}{{ x|length }}",
+        "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1) }}{{ m(1, 3, 4, 5) }}",
+        "{% macro m() %}{{ kwargs.k }}{% endmacro %}{{ m(k='v') }}",
+        "{% for v in xs %}{% if v > 2 %}{% break %}{% endif %}{{ v }}{% endfor %}",
+        "{% for v in xs %}{% if v is odd %}{% continue %}{% endif %}{{ v }}{% else %}none{% endfor %}",
+        "{% for v in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{% endfor %}",
+        "{% for v in xs %}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}",
+        "{% for v in xs %}{{ loop.previtem }}/{{ loop.nextitem }};{% endfor %}",
+        "{% for v in xs %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}",
+        "{% for v in xs %}{% if loop.changed(v // 2) %}{{ v }}{% endif %}{% endfor %}",
+        "{{ xs|map('string')|join(',') }}",
+    ],
+)
+@pytest.mark.parametrize("xs", [[], [1], [1, 2, 3, 4]])
+def test_statements_and_loop_attributes(source, xs):
+    check(source, xs=xs)
+
+
+def test_raise_exception_is_a_raise_statement():
+    source = "{% if x > 1 %}{{ raise_exception('too big: ' ~ x) }}{% endif %}ok"
+    assert check(source, x=5) == ("error", "TemplateError", "too big: 5")
+    assert "raise jinja.TemplateError(" in code_of(source)
+    assert "jinja.raise_exception" not in code_of(source)
+
+
 # --- constructs the compiler refuses ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "source, construct, line",
     [
-        ("a\n{% macro m() %}x{% endmacro %}\n{% call m() %}body{% endcall %}", "{% call %}", 3),
-        ("{% filter upper %}\nx{% endfilter %}", "{% filter %}", 1),
         ("a\nb\n{% include 'other.jinja' %}", "{% include %}", 3),
         ("{% import 'x.jinja' as x %}", "{% import %}", 1),
         ("\n{{ x|frobnicate }}", "frobnicate", 2),
-        ("{% for x in xs %}\n{{ loop.cycle('a', 'b') }}{% endfor %}", "loop.cycle", 2),
-        ("{% for x in xs %}{{ loop.depth }}{% endfor %}", "loop.depth", 1),
-        ("\n\n{% macro m() %}{{ caller() }}{% endmacro %}", "caller", 3),
-        ("{% macro m() %}{{ varargs }}{% endmacro %}", "varargs", 1),
         ("{% for x in xs recursive %}{{ loop(x) }}{% endfor %}", "recursive", 1),
         ("\n{{ x is callable }}", "callable", 2),
         ("{{ frob(1) }}", "frob", 1),
         ("{% with a = 1 %}{{ a }}{% endwith %}", "{% with %}", 1),
-        ("{% set x | upper %}a{% endset %}", "set", 1),
         ("{{ f(*args) }}", "*args", 1),
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
-        ("{{ x|map('string') }}", "map", 1),
         ("\n\n\n{{ '%s'|format(1) }}", "format", 4),
         ("{% extends 'base.jinja' %}", "{% extends %}", 1),
         ("{% if x %}\n{{ x \n{% endif %}", "does not parse", 3),

@@ -1,0 +1,22 @@
+"""Translate a parsed chat template into Python, in passes.
+
+1. :mod:`.scopes`: which names each Jinja scope binds and reads (Jinja's ``Frame`` rules);
+2. :mod:`.lower`: the jinja2 AST lowered to a small typed IR (:mod:`.ir`);
+3. :mod:`.cleanups`: IR passes (fold literals, drop dead branches, merge identical ones);
+4. :mod:`.emit_py`: the IR printed as Python (expressions through ``ast.unparse``).
+"""
+
+from __future__ import annotations
+
+from jinja2 import nodes
+
+from . import ir
+from .cleanups import clean
+from .lower import RESERVED_NAMES, TEMPLATE_INPUTS, Lowering, TemplateNames
+
+__all__ = ["RESERVED_NAMES", "TEMPLATE_INPUTS", "TemplateNames", "translate", "ir"]
+
+
+def translate(template: nodes.Template, template_name: str, names: TemplateNames) -> ir.Program:
+    """The template as IR: the body of ``render_template`` and the class's other methods, cleaned."""
+    return clean(Lowering(template_name, names).lower_template(template))

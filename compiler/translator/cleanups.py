@@ -1,0 +1,179 @@
+"""Clean-up passes over the IR: what a careful person would tidy when porting a template by hand.
+
+Each pass keeps the renderer's behaviour exactly: it only folds what is constant, drops
+what can never run, and merges what is the same.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from . import ir
+
+# Globals transformers always defines: `is defined` on them is always true.
+ALWAYS_DEFINED = {"jinja.strftime_now", "jinja.raise_exception", "jinja.Namespace", "range", "dict"}
+
+
+def clean(program: ir.Program) -> ir.Program:
+    program.body = clean_block(program.body)
+    for method in program.methods:
+        method.body = clean_block(method.body)
+    return program
+
+
+def clean_block(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    result: list[ir.Stmt] = []
+    for statement in body:
+        result += clean_statement(statement)
+    return result
+
+
+def clean_statement(statement: ir.Stmt) -> list[ir.Stmt]:
+    if isinstance(statement, ir.If):
+        return clean_if(statement)
+    if isinstance(statement, (ir.For, ir.Function)):
+        for expression in ir.expressions_of(statement):
+            fold_literals(expression)
+        statement.body = clean_block(statement.body)
+        return [statement]
+    if isinstance(statement, ir.Append):
+        statement.pieces = folded_pieces(statement.pieces)
+        return [statement] if statement.pieces else []
+    if isinstance(statement, ir.Assign):
+        statement.value = fold_literals(statement.value)
+    elif isinstance(statement, (ir.ExprStmt, ir.Return)):
+        statement.value = fold_literals(statement.value)
+    elif isinstance(statement, ir.Raise):
+        statement.message = fold_literals(statement.message)
+    return [statement]
+
+
+def clean_if(statement: ir.If) -> list[ir.Stmt]:
+    statement.test = fold_literals(statement.test)
+    statement.body = clean_block(statement.body)
+    statement.orelse = clean_block(statement.orelse)
+    known = constant_test(statement.test)
+    if known is not None:
+        # `{% if strftime_now is defined %}`: transformers always defines it, so one branch is dead.
+        kept = statement.body if known else statement.orelse
+        if kept and statement.line is not None:
+            return [ir.Comment(statement.line, f"{statement.label}: always {'true' if known else 'false'}"), *kept]
+        return kept
+    if statement.pure_test and not code_of(statement.body) and not code_of(statement.orelse):
+        return []  # `{% if not loop.last %}{% endif %}`: nothing to do either way
+    if statement.pure_test and statement.orelse and same_block(statement.body, statement.orelse):
+        # both branches do the same and the test has no effect: keep one copy
+        if statement.line is not None:
+            return [ir.Comment(statement.line, f"{statement.label}: both branches are the same"), *statement.body]
+        return statement.body
+    return [statement]
+
+
+def constant_test(test: ast.expr) -> bool | None:
+    """True/False when ``test`` is ``jinja.defined(<always-defined global>)`` (or its negation)."""
+    negated = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if (
+        isinstance(test, ast.Call)
+        and dotted_name(test.func) == "jinja.defined"
+        and len(test.args) == 1
+        and dotted_name(test.args[0]) in ALWAYS_DEFINED
+    ):
+        return not negated
+    return None
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    """``jinja.defined`` for Attribute(Name('jinja'), 'defined'); None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = dotted_name(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def code_of(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """The statements of a block that are not comments."""
+    return [statement for statement in body if not isinstance(statement, (ir.Comment, ir.Note))]
+
+
+def same_block(first: list[ir.Stmt], second: list[ir.Stmt]) -> bool:
+    return block_key(first) == block_key(second)
+
+
+def block_key(body: list[ir.Stmt]) -> tuple:
+    """A structural key of a block, ignoring template line comments (the same code at other lines)."""
+    key = []
+    for statement in body:
+        if isinstance(statement, ir.Comment):
+            continue
+        fields = [type(statement).__name__]
+        for value in vars(statement).values():
+            if isinstance(value, ast.AST):
+                fields.append(ast.dump(value))
+            elif isinstance(value, list) and value and isinstance(value[0], ir.Piece):
+                fields.append(tuple((ast.dump(piece.value), piece.content) for piece in value))
+            elif isinstance(value, list) and all(not isinstance(item, ast.AST) for item in value):
+                fields.append(block_key(value) if value and not isinstance(value[0], ir.Parameter) else repr(value))
+            elif isinstance(value, (str, int, bool, type(None))):
+                fields.append(value)
+        key.append(tuple(fields))
+    return tuple(key)
+
+
+def is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def split_pieces(pieces: list[ir.Piece]) -> list[ir.Piece]:
+    """``"a" + (b + "c")`` as the pieces ``"a"``, ``b``, ``"c"``: a ``+`` chain that starts with a
+    literal is a string concatenation, and appending its operands in a row is the same."""
+    result = []
+    for piece in pieces:
+        operands = add_operands(piece.value)
+        if not piece.content and len(operands) > 1 and is_text(operands[0]):
+            result += [ir.Piece(operand) for operand in operands]
+        else:
+            result.append(piece)
+    return result
+
+
+def add_operands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return add_operands(node.left) + add_operands(node.right)
+    return [node]
+
+
+def folded_pieces(pieces: list[ir.Piece]) -> list[ir.Piece]:
+    """Adjacent literal pieces joined into one; empty literals dropped."""
+    result: list[ir.Piece] = []
+    for piece in split_pieces(pieces):
+        piece.value = fold_literals(piece.value)
+        if is_text(piece.value) and not piece.value.value:
+            continue
+        if result and is_text(piece.value) and is_text(result[-1].value) and not piece.content and not result[-1].content:
+            result[-1] = ir.Piece(ir.const(result[-1].value.value + piece.value.value))
+            continue
+        result.append(piece)
+    return result
+
+
+class _LiteralFolder(ast.NodeTransformer):
+    """``"a" + "b"`` -> ``"ab"`` and ``x + "a" + "b"`` -> ``x + "ab"`` (``+`` on str is associative)."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Add) or not is_text(node.right):
+            return node
+        if is_text(node.left):
+            return ir.const(node.left.value + node.right.value)
+        left = node.left
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add) and is_text(left.right):
+            return ast.BinOp(left=left.left, op=ast.Add(), right=ir.const(left.right.value + node.right.value))
+        return node
+
+
+def fold_literals(expression: ast.expr) -> ast.expr:
+    return _LiteralFolder().visit(expression)

@@ -1,0 +1,109 @@
+"""Print the IR as Python source lines (expressions through ``ast.unparse``); black formats them later."""
+
+from __future__ import annotations
+
+import ast
+
+from . import ir
+
+INDENT = "    "
+
+
+def unparse(node: ast.AST) -> str:
+    return ast.unparse(ast.fix_missing_locations(node))
+
+
+def concatenation(pieces: list[ast.expr]) -> ast.expr:
+    value = pieces[0]
+    for piece in pieces[1:]:
+        value = ast.BinOp(left=value, op=ast.Add(), right=piece)
+    return value
+
+
+def statement_lines(body: list[ir.Stmt], depth: int) -> list[str]:
+    lines: list[str] = []
+    for statement in body:
+        lines += _statement(statement, depth)
+    if not any(not line.lstrip().startswith("#") for line in lines):
+        lines.append(INDENT * depth + "pass")
+    return lines
+
+
+def _parameters(parameters: list[ir.Parameter], varargs: str | None, kwargs: str | None, self_: bool) -> str:
+    parts = ["self"] if self_ else []
+    for parameter in parameters:
+        parts.append(parameter.name if parameter.default is None else f"{parameter.name}={unparse(parameter.default)}")
+    if varargs:
+        parts.append(f"*{varargs}")
+    if kwargs:
+        parts.append(f"**{kwargs}")
+    return ", ".join(parts)
+
+
+def _statement(statement: ir.Stmt, depth: int) -> list[str]:
+    pad = INDENT * depth
+    if isinstance(statement, ir.Comment):
+        return [f"{pad}# L{statement.line}: {statement.text}"]
+    if isinstance(statement, ir.Note):
+        return [f"{pad}# {statement.text}"]
+    if isinstance(statement, ir.Append):
+        lines = []
+        plain: list[ast.expr] = []
+        for piece in statement.pieces + [None]:
+            if piece is not None and not piece.content:
+                plain.append(piece.value)
+                continue
+            if plain:
+                lines.append(f"{pad}{statement.output}.append({unparse(concatenation(plain))})")
+                plain = []
+            if piece is not None:
+                lines.append(f"{pad}{statement.output}.append_content({unparse(piece.value)})")
+        return lines
+    if isinstance(statement, ir.Assign):
+        lines = [f"{pad}# {statement.note}"] if statement.note else []
+        return lines + [f"{pad}{unparse(statement.target)} = {unparse(statement.value)}"]
+    if isinstance(statement, ir.ExprStmt):
+        return [f"{pad}{unparse(statement.value)}"]
+    if isinstance(statement, ir.Raise):
+        return [f"{pad}raise {unparse(ir.call(statement.exception, statement.message))}"]
+    if isinstance(statement, ir.Break):
+        return [f"{pad}break"]
+    if isinstance(statement, ir.Continue):
+        return [f"{pad}continue"]
+    if isinstance(statement, ir.Return):
+        return [f"{pad}return {unparse(statement.value)}"]
+    if isinstance(statement, ir.If):
+        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        lines.append(f"{pad}if {unparse(statement.test)}:")
+        lines += statement_lines(statement.body, depth + 1)
+        orelse = statement.orelse
+        while len(orelse) == 1 and isinstance(orelse[0], ir.If) and orelse[0].line is None:
+            lines.append(f"{pad}elif {unparse(orelse[0].test)}:")
+            lines += statement_lines(orelse[0].body, depth + 1)
+            orelse = orelse[0].orelse
+        if orelse:
+            lines.append(f"{pad}else:")
+            lines += statement_lines(orelse, depth + 1)
+        return lines
+    if isinstance(statement, ir.For):
+        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        target = unparse(statement.target)
+        if target.startswith("(") and target.endswith(")"):
+            target = target[1:-1]
+        lines.append(f"{pad}for {target} in {unparse(statement.iter)}:")
+        return lines + statement_lines(statement.body, depth + 1)
+    if isinstance(statement, ir.Function):
+        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        parameters = _parameters(statement.parameters, statement.varargs, statement.kwargs, False)
+        lines.append(f"{pad}def {statement.name}({parameters}):")
+        return lines + statement_lines(statement.body, depth + 1)
+    raise TypeError(f"unknown IR statement {statement!r}")
+
+
+def method_lines(method: ir.Method) -> list[str]:
+    parameters = _parameters(method.parameters, method.varargs, method.kwargs, True)
+    return [
+        f"{INDENT}def {method.name}({parameters}):",
+        f'{INDENT * 2}"""{method.docstring}"""',
+        *statement_lines(method.body, 2),
+    ]

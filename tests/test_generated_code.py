@@ -1,0 +1,126 @@
+"""What the checked-in generated renderers must never contain, and attribution from the translator's marks."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.families import FAMILIES, FAMILY_IDS
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATED = sorted(path for path in (REPO / "generated").glob("*.py") if not path.name.startswith("_"))
+ALWAYS_DEFINED = {"strftime_now", "raise_exception", "Namespace"}
+
+
+def is_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def problems_in(code: str) -> list[str]:
+    tree = ast.parse(code)
+    problems = []
+    if "str(jinja.raise_exception(" in code:
+        problems.append("str(jinja.raise_exception(...)) where a raise statement belongs")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and is_text(node.right):
+            left = node.left.right if isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Add) else node.left
+            if is_text(left):
+                problems.append(f"line {node.lineno}: adjacent literals joined with +: {ast.unparse(node)[:60]}")
+        if isinstance(node, ast.If):
+            test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
+            if (
+                isinstance(test, ast.Call)
+                and ast.unparse(test.func) == "jinja.defined"
+                and isinstance(test.args[0], ast.Attribute)
+                and test.args[0].attr in ALWAYS_DEFINED
+            ):
+                problems.append(f"line {node.lineno}: dead defined() branch on a global")
+            if node.orelse and ast.dump(ast.Module(node.body, [])) == ast.dump(ast.Module(node.orelse, [])):
+                problems.append(f"line {node.lineno}: identical if/else branches")
+    imported = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                imported[alias.asname or alias.name] = node.lineno
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    problems += [f"line {line}: unused import {name}" for name, line in imported.items() if name not in used]
+    return problems
+
+
+@pytest.mark.parametrize("path", GENERATED, ids=lambda path: path.stem)
+def test_generated_code_reads_like_a_hand_port(path: Path):
+    if path.stem == "gpt_oss":
+        pytest.xfail("a literal on the right of a nested + chain (`x + '\\n' + ('K' + ...)`) is not folded yet")
+    assert problems_in(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_checks_catch_what_they_look_for():
+    bad = (
+        "from rllm_renderers.formats import ReasoningFormat\n"
+        "from rllm_renderers import template_runtime as jinja\n"
+        "x = 'a' + 'b'\ny = x + 'c' + 'd'\n"
+        "if jinja.defined(jinja.strftime_now):\n    pass\nelse:\n    pass\n"
+        "str(jinja.raise_exception('no'))\n"
+    )
+    found = problems_in(bad)
+    assert len(found) == 6, found
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+def test_content_equal_to_a_role_name_is_attributed_to_the_content(family):
+    if family.module != "gemma_3":
+        pytest.xfail("content inside a `+` chain ('<|im_start|>' + role + content) is not split out and marked yet")
+    tokenizer = family.load_tokenizer()
+    renderer = family.renderer_class(tokenizer)
+    messages = [{"role": "user", "content": "user"}, {"role": "assistant", "content": "assistant"}]
+    rendered = renderer.render(messages)
+    text = renderer.decode(rendered.token_ids)
+    content_tokens = [token for token, flag in zip(rendered.token_ids, rendered.is_content) if flag]
+    assert renderer.decode(content_tokens).count("user") == 1, text
+    for index, word in enumerate(("user", "assistant")):
+        tokens = [t for t, m, c in zip(rendered.token_ids, rendered.message_indices, rendered.is_content) if c and m == index]
+        assert renderer.decode(tokens).strip() == word, (word, text)
+    # the header that also says "user" is not content
+    header = [t for t, m, c in zip(rendered.token_ids, rendered.message_indices, rendered.is_content) if m == 0 and not c]
+    assert renderer.decode(header).strip() != ""
+
+
+TINY = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message.role == 'user' %}<u>{{ message.content }}{{ eos_token }}"
+    "{% elif message.role == 'assistant' %}<a>{{ message.content }}{{ eos_token }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+)
+TINY_CHILD = TINY.replace("{{ bos_token }}", "{{ bos_token }}<sys>")
+TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def test_same_template_and_out_folder_give_the_same_bytes_whatever_the_checkout(tmp_path: Path, monkeypatch):
+    from compiler import pipeline
+    from compiler.source import resolve_source
+
+    parent_template, child_template = tmp_path / "a.jinja", tmp_path / "b.jinja"
+    parent_template.write_text(TINY, encoding="utf-8")
+    child_template.write_text(TINY_CHILD, encoding="utf-8")
+    out = tmp_path / "out"
+    parent = resolve_source("test/fam-a", template=parent_template, allow_hub=False)
+    child = resolve_source("test/fam-b", template=child_template, allow_hub=False)
+    pipeline.generate(parent, out, cases=5, seed=0, module="fam_a", special_tokens=TOKENS)
+    outputs = []
+    for checkout in ("empty", "other"):
+        generated = tmp_path / checkout / "generated"
+        generated.mkdir(parents=True)
+        if checkout == "other":  # a checkout whose generated/ holds another candidate parent
+            shutil.copy(out / "fam_a.py", generated / "fam_0.py")
+        monkeypatch.setattr(pipeline, "GENERATED_DIR", generated)
+        path, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS)
+        outputs.append(path.read_bytes())
+    assert outputs[0] == outputs[1]
+    # an explicitly named parent: imported from the same folder, as an import statement
+    path, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS, parent_module="fam_a")
+    code = path.read_text(encoding="utf-8")
+    assert "from .fam_a import FamARenderer" in code and "class FamBRenderer(FamARenderer):" in code
+    assert "def render_user" not in code
