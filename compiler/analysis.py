@@ -32,6 +32,12 @@ class TemplateFacts:
     special_tokens: dict[str, str]
     roles: tuple[str, ...]
     tool_arguments: str  # "dict" | "string" | "either"
+    # special-token variables the template reads whose value is not known at compile time: the class
+    # reads them from its tokenizer (or its ``special_tokens=`` argument) when it is built
+    runtime_special_tokens: tuple[str, ...] = ()
+    # names the template reads that apply_chat_template never passes to it (its own parameters,
+    # e.g. continue_final_message): always undefined
+    undefined_names: tuple[str, ...] = ()
 
 
 def template_sha256(source: str) -> str:
@@ -99,31 +105,50 @@ def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def split_free_variables(
-    ast: nodes.Template, special_token_values: dict[str, str], name: str, *, have_tokenizer: bool = True
-) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Free variables -> (knobs, special tokens with their values).
+    ast: nodes.Template, special_token_values: dict[str, str], name: str
+) -> tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]:
+    """Free variables -> (knobs, special tokens with known values, special tokens read at run time).
+
+    (Names that can never reach the template, see ``undefined_names``, are none of these.)
 
     A free variable is a name the template reads that no ``set`` or loop binds at
     that point under Jinja's scoping rules; the translator resolves names exactly,
     so a first translation pass tells which ones stay free. Special-token names
-    (``bos_token``...) take the tokenizer's values; every other free name is a knob.
+    (``bos_token``...) take the tokenizer's values when there is one; without a value
+    they are read when the renderer is built (from its tokenizer or ``special_tokens=``),
+    never refused. Every other free name is a knob.
     """
     free = free_variables(ast)
     special = {variable: value for variable, value in special_token_values.items() if variable in free}
     first_pass = Lowering(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
     first_pass.lower_template(ast)
-    knobs = []
-    for variable in sorted(first_pass.unresolved):
-        if variable in STANDARD_SPECIAL_TOKENS and not have_tokenizer:
-            raise CompileError(
-                f"the template reads {variable!r} but no tokenizer (or --special-token) gives its value",
-                template=name,
-            )
-        knobs.append(variable)
-    return tuple(knobs), special
+    knobs, runtime = [], []
+    for variable in sorted(first_pass.unresolved - set(unreachable_names())):
+        (runtime if variable in SPECIAL_TOKEN_NAMES else knobs).append(variable)
+    return tuple(knobs), special, tuple(runtime)
 
 
-STANDARD_SPECIAL_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token")
+def unreachable_names() -> frozenset[str]:
+    """Names apply_chat_template keeps for itself: a template reading one always sees it undefined."""
+    from .oracle import RESERVED_KNOBS
+
+    return frozenset(RESERVED_KNOBS)
+
+
+def undefined_names(ast: nodes.Template) -> tuple[str, ...]:
+    """The unreachable names a template reads (Nemotron reads ``continue_final_message``)."""
+    return tuple(sorted(free_variables(ast) & unreachable_names()))
+
+
+#: The special-token attributes of a transformers tokenizer that ``apply_chat_template`` passes to a
+#: template as variables (``special_tokens_map``; its list-valued ``additional_special_tokens`` aside).
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def special_tokens_read(ast: nodes.Template) -> tuple[str, ...]:
+    """The special-token variables a template may read (free names among SPECIAL_TOKEN_NAMES)."""
+    free = free_variables(ast)
+    return tuple(name for name in SPECIAL_TOKEN_NAMES if name in free)
 
 
 PROBE_ARGUMENTS = {"city": "Paris", "days": 3}
@@ -189,10 +214,14 @@ def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tu
     return {knob: tuple(values) for knob, values in candidates.items()}
 
 
-def analyse(source: str, name: str, *, special_tokens: dict[str, str], have_tokenizer: bool, oracle) -> TemplateFacts:
-    """Everything the emitter needs to know about one template."""
+def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -> TemplateFacts:
+    """Everything the emitter needs to know about one template.
+
+    ``special_tokens`` are the values known at compile time (the tokenizer's, ``--special-token``);
+    the oracle may carry placeholder values for the others (see ``pipeline.prepare_source``).
+    """
     ast = parse_template(source, name)
-    knobs, special = split_free_variables(ast, special_tokens, name, have_tokenizer=have_tokenizer)
+    knobs, special, runtime = split_free_variables(ast, special_tokens, name)
     roles = accepted_roles(oracle, compared_roles(ast))
     return TemplateFacts(
         name=name,
@@ -203,4 +232,6 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], have_toke
         special_tokens=special,
         roles=roles,
         tool_arguments=probe_tool_arguments(oracle, roles),
+        runtime_special_tokens=runtime,
+        undefined_names=undefined_names(ast),
     )

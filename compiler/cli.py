@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .coverage import command_list
 from .errors import CompileError
 from .pipeline import (
     compile_source,
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify_parser.add_argument("--cases", type=int, default=200)
     verify_parser.add_argument("--seed", type=int, default=0)
 
+    list_parser = commands.add_parser("list", help="coverage table of the checked-in renderers")
+    list_parser.add_argument("--corpus", type=Path, help="a corpus folder (tells which models have a tokenizer)")
+    list_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
+
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
     check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus")
     check_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
@@ -92,7 +97,7 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
 
 def command_generate(args: argparse.Namespace) -> int:
     source = source_from_args(args)
-    path, report = generate(
+    path, report, compiled = generate(
         source,
         args.out,
         cases=args.cases,
@@ -102,7 +107,10 @@ def command_generate(args: argparse.Namespace) -> int:
         parent_module=args.parent,
     )
     print(path)
-    print(f"verified: {report.summary()}")
+    print(f"verified: {report.summary()} [parity: {compiled.parity}]")
+    warning = compiled.turn.warning() if compiled.turn is not None else None
+    if warning:
+        print(f"warning: {path.name}: {warning}", file=sys.stderr)
     return 0
 
 
@@ -118,33 +126,42 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
     # the checked-in class is what is verified: analysing the template is enough, no re-emission
     prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
     report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
-    print(f"{path.name} ({source.model_id}): {report.summary()}")
-    if report.tokens_checked == 0 and prepared.tokenizer is None:
-        print("  (no tokenizer: text-level only)")
+    print(f"{path.name} ({source.model_id}): {report.summary()} [parity: {prepared.parity}]")
     if not report.ok:
         print(report.failure.report())
     return report.ok
+
+
+def renderers_by_model(folder: Path) -> dict[str, Path]:
+    by_model = {}
+    for path in generated_files(folder):
+        for model_id in load_generated_file(path).MODEL_IDS:
+            by_model[model_id] = path
+    return by_model
 
 
 def command_verify(args: argparse.Namespace) -> int:
     if args.all:
         if args.corpus is None:
             raise CompileError("verify --all needs --corpus")
-        by_model = {}
-        for path in generated_files(args.dir):
-            for model_id in load_generated_file(path).MODEL_IDS:
-                by_model[model_id] = path
-        done: set[Path] = set()
-        results = []
-        for entry in read_corpus_manifest(args.corpus):
+        by_model = renderers_by_model(args.dir)
+        results: dict[Path, bool] = {}
+        verified = []
+        entries = read_corpus_manifest(args.corpus)
+        for entry in entries:
             path = by_model.get(entry.model_id)
-            if path is None or path in done:
+            if path is None:
+                print(f"{entry.model_id}: MISSING: no generated renderer lists it")
+                verified.append(False)
                 continue
-            done.add(path)
-            source = resolve_source(entry.model_id, corpus=args.corpus, allow_hub=False)
-            results.append(verify_one(path, source, args))
-        print(f"verified: {sum(results)}/{len(results)} models")
-        return 0 if results and all(results) else 1
+            if path not in results:
+                source = resolve_source(entry.model_id, corpus=args.corpus, allow_hub=False)
+                results[path] = verify_one(path, source, args)
+            else:
+                print(f"{path.name} ({entry.model_id}): same template, verified above")
+            verified.append(results[path])
+        print(f"verified: {sum(verified)}/{len(entries)} models")
+        return 0 if entries and all(verified) else 1
     source = source_from_args(args)
     candidates = [path for path in generated_files(args.dir) if source.model_id in load_generated_file(path).MODEL_IDS]
     if not candidates:
@@ -180,7 +197,7 @@ def command_check(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ensure_importable()
     args = build_parser().parse_args(argv)
-    handlers = {"generate": command_generate, "verify": command_verify, "check": command_check}
+    handlers = {"generate": command_generate, "verify": command_verify, "check": command_check, "list": command_list}
     try:
         return handlers[args.command](args)
     except CompileError as exc:

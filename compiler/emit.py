@@ -95,7 +95,7 @@ def emit_module(
     from it unchanged.
     """
     names = TemplateNames(
-        knobs={knob: knob_local(knob) for knob in facts.knobs},
+        knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
         special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
     )
     program = translate(facts.ast, facts.name, names)
@@ -113,12 +113,16 @@ def emit_module(
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
     lines.append(f"    KNOBS = {tuple(facts.knobs)!r}")
-    special = ", ".join(f"{variable!r}: {constant_name(variable)}" for variable in sorted(facts.special_tokens))
-    lines.append(f"    SPECIAL_TOKENS = {{{special}}}")
+    special = [f"{variable!r}: {constant_name(variable)}" for variable in sorted(facts.special_tokens)]
+    # None: read from the tokenizer the class is built with (or its special_tokens= argument)
+    special += [f"{variable!r}: None" for variable in facts.runtime_special_tokens]
+    lines.append(f"    SPECIAL_TOKENS = {{{', '.join(special)}}}")
     lines.append(f"    ROLES = {tuple(facts.roles)!r}")
     lines.append(f"    TOOL_ARGUMENTS = {facts.tool_arguments!r}")
     if turn is not None:
         lines.append(f"    TURN = {dataclass_literal(turn.turn)}")
+        if turn.unlearned:
+            lines.append(f"    UNLEARNED = {dict(turn.unlearned)!r}")
         lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")
         lines.append(f"    TOOL_CALLS = {dataclass_literal(turn.tool_calls)}")
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
@@ -130,6 +134,11 @@ def emit_module(
         lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')
         for knob in facts.knobs:
             lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
+        for variable in facts.runtime_special_tokens:
+            lines.append(f"        {knob_local(variable)} = self.special_tokens[{variable!r}]")
+        for variable in facts.undefined_names:
+            lines.append(f"        # apply_chat_template never passes {variable} to the template")
+            lines.append(f"        {knob_local(variable)} = jinja.Undefined({variable!r})")
         lines += statement_lines(program.body, 2)
     for method in program.methods:
         if method.name not in inherited:
@@ -190,6 +199,9 @@ def class_docstring(
         f"    Template knobs (constructor keywords): {knobs}.",
         f"    Tool-call arguments: the template consumes {arguments}.",
     ]
+    if facts.runtime_special_tokens:
+        names = ", ".join(facts.runtime_special_tokens)
+        lines.append(f"    Special tokens read from the tokenizer (or special_tokens=) when built: {names}.")
     if turn is not None:
         lines += ["", *("    " + line for line in turn.describe())]
     if parent is not None:

@@ -14,15 +14,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import TemplateFacts, analyse, compared_roles, knob_candidates, template_sha256
+from .analysis import (
+    TemplateFacts,
+    analyse,
+    compared_roles,
+    knob_candidates,
+    parse_template,
+    special_tokens_read,
+    template_sha256,
+)
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, VerificationError
 from .oracle import ORACLE_VERSION, TemplateOracle
-from .probes import ProbeError, ProbeFacts, probe
+from .markers import synthetic_tokenizer, template_markers
+from .probes import ProbeFacts, probe
 from .source import TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
+from rllm_renderers.formats import special_token_placeholder
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
 #: The checked-in renderers (the package ``generated``).
@@ -37,14 +47,21 @@ class Prepared:
     facts: TemplateFacts
     tokenizer: Any
     oracle: TemplateOracle
+    # values for the special tokens the class reads at run time, while verifying and probing
+    placeholders: dict[str, str]
+    # what verification encodes with: the real tokenizer, or a synthetic one carrying the template's
+    # marker strings; parity says which ("tokens" / "structural" / "text")
+    check_tokenizer: Any = None
+    parity: str = "text"
 
 
 @dataclass
 class Compiled(Prepared):
     """A prepared template with its emitted module."""
 
-    spec: ModuleSpec
-    code: str
+    spec: ModuleSpec | None = None
+    code: str = ""
+    turn: ProbeFacts | None = None
     folder: Path | None = None  # where sibling modules (a ladder parent) are imported from
 
 
@@ -65,44 +82,51 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
     return command
 
 
-def added_token_strings(tokenizer: Any, facts: TemplateFacts) -> frozenset[str]:
-    """The tokenizer's added tokens; without a tokenizer, the special-looking strings of the template."""
+def added_token_strings(tokenizer: Any, facts: TemplateFacts, placeholders: dict[str, str]) -> frozenset[str]:
+    """The tokenizer's added tokens; without a tokenizer, the marker strings the template writes.
+    Placeholder values of run-time special tokens count as markers either way."""
     if tokenizer is not None:
         from rllm_renderers.tokenization import text_encoder_for
 
-        return text_encoder_for(tokenizer).added_token_strings
-    found = set(re.findall(r"<[|｜][^<>\s]{1,40}?[|｜]>|<(?:start|end)_of_\w+>", facts.source))
-    return frozenset(found | set(facts.special_tokens.values()))
+        return text_encoder_for(tokenizer).added_token_strings | frozenset(placeholders.values())
+    return template_markers(facts.ast, [*facts.special_tokens.values(), *placeholders.values()])
 
 
-def learn_turn_format(renderer_class: type, compiled_facts: TemplateFacts, tokenizer: Any, features) -> ProbeFacts:
+def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
-    renderer = renderer_class(tokenizer)
-    eos = (
-        getattr(tokenizer, "eos_token", None)
-        if tokenizer is not None
-        else compiled_facts.special_tokens.get("eos_token")
-    )
-    facts = probe(renderer, added_token_strings(tokenizer, compiled_facts), eos)
+    tokenizer, facts, placeholders = prepared.tokenizer, prepared.facts, prepared.placeholders
+    renderer = renderer_class(tokenizer, special_tokens=placeholders)
+    eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
+    eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
+    turn = probe(renderer, added_token_strings(tokenizer, facts, placeholders), eos)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
-    return dataclasses.replace(facts, prefix_stable=stable, prefix_counterexample=counterexample)
+    return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
 
 
 STABILITY_CASES = 150
 
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
-    """Load the tokenizer, build the oracle and analyse the template (no emission)."""
+    """Load the tokenizer, build the oracle and analyse the template (no emission).
+
+    Special-token values known now (the tokenizer's, ``special_tokens``) are baked into the class.
+    The template's other special-token variables are read by the class when it is built; here
+    both the oracle and the class get placeholder values for them (``<{eos_token}>``).
+    """
+    given = dict(special_tokens or {})
     tokenizer = load_tokenizer_for(source)
-    oracle = TemplateOracle(source.source, tokenizer=tokenizer, special_tokens=special_tokens)
-    facts = analyse(
-        source.source,
-        source.display_name,
-        special_tokens=oracle.special_tokens,
-        have_tokenizer=tokenizer is not None,
-        oracle=oracle,
-    )
-    return Prepared(source, facts, tokenizer, oracle)
+    known = {**(dict(tokenizer.special_tokens_map) if tokenizer is not None else {}), **given}
+    known = {name: value for name, value in known.items() if isinstance(value, str)}
+    ast = parse_template(source.source, source.display_name)
+    placeholders = {name: special_token_placeholder(name) for name in special_tokens_read(ast) if name not in known}
+    check_tokenizer, parity = tokenizer, "tokens"
+    if tokenizer is None:
+        markers = template_markers(ast, [*placeholders.values(), *given.values()])
+        check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
+        parity = "structural" if markers else "text"
+    oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})
+    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
+    return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity)
 
 
 def compile_source(
@@ -131,10 +155,7 @@ def compile_source(
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
     features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
-    try:
-        turn = learn_turn_format(first_pass, facts, tokenizer, features)
-    except ProbeError as exc:
-        raise CompileError(f"cannot learn the assistant-turn format: {exc}", template=facts.name) from None
+    turn = learn_turn_format(first_pass, prepared, features)
     code = emit_module(facts, spec, turn)
     if parent_module is not None:
         if ladder_dir is None:
@@ -147,7 +168,8 @@ def compile_source(
         parent = choose_ladder_parent(spec.module, code, ladder_dir)
     if parent is not None:
         code = emit_module(facts, spec, turn, parent)
-    return Compiled(source, facts, tokenizer, prepared.oracle, spec, code, ladder_dir)
+    prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
+    return Compiled(**prepared_fields, spec=spec, code=code, turn=turn, folder=ladder_dir)
 
 
 def folder_package(folder: Path | None) -> str:
@@ -194,7 +216,8 @@ def verify_compiled(renderer_class: type, prepared: Prepared, *, cases: int, see
     return verify(
         renderer_class,
         prepared.oracle,
-        tokenizer=prepared.tokenizer,
+        tokenizer=prepared.check_tokenizer,
+        special_tokens=prepared.placeholders,
         cases=cases,
         seed_value=seed,
         knob_candidates=knob_candidates(prepared.facts.ast, prepared.facts.knobs),
@@ -224,7 +247,7 @@ def generate(
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
     parent_module: str | None = None,
-) -> tuple[Path, VerificationReport]:
+) -> tuple[Path, VerificationReport, Compiled]:
     """Compile, verify, then write ``<out_dir>/<module>.py``; raises VerificationError on mismatch."""
     compiled = compile_source(
         source, module=module, special_tokens=special_tokens, ladder_dir=out_dir, parent_module=parent_module
@@ -235,7 +258,7 @@ def generate(
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     path = out_dir / f"{compiled.spec.module}.py"
     write_atomically(path, compiled.code)
-    return path, report
+    return path, report, compiled
 
 
 def source_drifted(renderer_class: type, source: TemplateSource) -> bool:

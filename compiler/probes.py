@@ -11,7 +11,7 @@ generated renderer (see :mod:`rllm_renderers.formats`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rllm_renderers import template_runtime as jinja
@@ -29,21 +29,27 @@ USER = {"role": "user", "content": "uq7"}
 
 @dataclass(frozen=True)
 class ProbeFacts:
-    turn: TurnFormat
+    turn: TurnFormat | None
     reasoning: ReasoningFormat | None
     tool_calls: ToolCallFormat | None
     notes: tuple[str, ...]
     generation_prompt: str = ""
     prefix_stable: bool = False
     prefix_counterexample: str = ""
+    # facts the probes could not learn ("turn", "reasoning", "tool_calls") -> why
+    unlearned: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         """Docstring lines telling a reviewer what the parser and the bridge rely on."""
-        lines = [
-            f"Assistant turns end with {self.turn.close!r} (stop tokens: {', '.join(self.turn.stop_tokens)});",
-            f"the template then writes {self.turn.after_close!r} before the next message.",
-            f"Generation prompt (default knobs): {self.generation_prompt!r}.",
-        ]
+        lines = []
+        if self.turn is not None:
+            stops = ", ".join(repr(stop) for stop in self.turn.stop_tokens)
+            if self.turn.close:
+                lines.append(f"Assistant turns end with {self.turn.close!r} (stops: {stops});")
+            else:
+                lines.append(f"Nothing closes an assistant turn: the next message's header does (stops: {stops});")
+            lines.append(f"the template then writes {self.turn.after_close!r} before the next message.")
+        lines.append(f"Generation prompt (default knobs): {self.generation_prompt!r}.")
         if self.reasoning is not None:
             lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
         if self.tool_calls is not None:
@@ -52,6 +58,10 @@ class ProbeFacts:
                 f"{self.tool_calls.name_end!r} ARGUMENTS {self.tool_calls.call_end!r}."
             )
         lines += [f"Note: {note}." for note in self.notes]
+        for fact, reason in self.unlearned.items():
+            lines.append(f"Not learned ({fact}): {reason}.")
+        if self.unlearned:
+            lines.append("parse_response returns the raw content with status 'unlearned'; the bridge returns None.")
         if self.prefix_stable:
             lines.append("Prefix-stable: appending messages never changes the text of earlier turns.")
         else:
@@ -59,6 +69,13 @@ class ProbeFacts:
             lines.append(f"({self.prefix_counterexample}); the bridge returns None where that would matter")
             lines.append('unless thinking_retention="verbatim".')
         return lines
+
+    def warning(self) -> str | None:
+        """One line for ``generate`` when some turn fact is missing."""
+        if not self.unlearned:
+            return None
+        facts = "; ".join(f"{fact}: {reason}" for fact, reason in self.unlearned.items())
+        return f"could not learn {facts} (the render is exact; parse_response degrades, the bridge returns None)"
 
 
 def tool_call(name: str, arguments: dict, call_id: str) -> dict:
@@ -116,28 +133,28 @@ class Prober:
     # --- turn close -----------------------------------------------------------------
 
     def turn_format(self, eos_token: str | None) -> TurnFormat:
+        """The close, what follows it, and the stop strings, read from the text around a plain answer.
+
+        The close is what the template writes between an assistant message's content and the
+        next message, up to and including its first marker (``<|im_end|>``, ``\n</assistant>``);
+        what follows is ``after_close``. The template may close the last turn differently from
+        earlier ones (gpt-oss: ``<|return|>`` vs ``<|end|>``): the model samples the last one.
+        When the template writes nothing, the next message's header ends the turn, and the
+        headers of the messages that can follow an assistant turn are the stops.
+        """
         completion = self.completion({"role": "assistant", "content": CONTENT})
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
-        tail = completion[completion.index(CONTENT) + len(CONTENT) :]
-        close = first_added_token(tail, self.added_tokens)
-        if close is None:
-            raise ProbeError(f"no special token closes an assistant turn (it ends with {tail!r})")
-        # what follows the close before the next message: render with a following user message
-        following = self.render([USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}])
-        after_close = ""
-        if following is not None:
-            start = following.rindex(CONTENT) + len(CONTENT)
-            between = following[start:]
-            if close in between:
-                rest = between[between.index(close) + len(close) :]
-                # the next message's own text begins at its first added token (its header)
-                header = first_added_token(rest, self.added_tokens)
-                after_close = rest[: rest.index(header)] if header and rest.index(header) > 0 else ""
-                if after_close and not after_close.isspace():
-                    after_close = ""
-        stops = [close]
-        for extra in self.tool_call_closes():
+        last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
+        between = self.text_before_last_message(
+            [USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}], CONTENT
+        )
+        middle_close, after_close = self.split_close(between) if between is not None else (last_close, "")
+        close = last_close or middle_close
+        stops = [self.stop_of(close)] if close.strip() else self.next_headers()
+        if not stops:
+            raise ProbeError("nothing closes an assistant turn and no message header follows one")
+        for extra in self.tool_call_closes(close):
             if extra not in stops:
                 stops.append(extra)
         if eos_token and eos_token not in stops:
@@ -145,17 +162,73 @@ class Prober:
         self.stop_tokens = tuple(stops)
         return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops))
 
-    def tool_call_closes(self) -> list[str]:
+    def split_close(self, text: str) -> tuple[str, str]:
+        """``text`` (what follows a turn's content) as (close, after_close): the close runs through
+        the first marker; without a marker it is the text before its trailing whitespace."""
+        marker = first_added_token(text, self.added_tokens)
+        if marker is not None:
+            end = text.index(marker) + len(marker)
+            return text[:end], text[end:]
+        stripped = text.rstrip()
+        return stripped, text[len(stripped) :]
+
+    def stop_of(self, close: str) -> str:
+        """The string a model's generation stops at for ``close``: its first marker, else its text."""
+        return first_added_token(close, self.added_tokens) or close.strip()
+
+    def last_message_start(self, messages: list[dict]) -> tuple[str, int] | None:
+        """The text of ``messages`` and where the template starts rendering the last one."""
+        try:
+            output = self.renderer._render_output(messages, None, False)
+        except ValueError:
+            return None
+        spans = output.message_spans()
+        start = next((offset for offset, index in spans if index == len(messages) - 1), None)
+        return None if start is None else (output.text(), start)
+
+    def text_before_last_message(self, messages: list[dict], needle: str) -> str | None:
+        """What the template writes after the last ``needle`` and before the last message starts
+        (None when the template rejects the messages or does not mark where messages start)."""
+        found = self.last_message_start(messages)
+        if found is None:
+            return None
+        text, start = found
+        end = text.rfind(needle, 0, start)
+        return text[end + len(needle) : start] if end >= 0 else None
+
+    def next_headers(self) -> list[str]:
+        """The markers that open a user message or a tool result after an assistant turn."""
+        call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")
+        result = {"role": "tool", "content": "tq8", "tool_call_id": "c1"}
+        followers = [
+            [{"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}],
+            [{"role": "assistant", "content": "", "tool_calls": [call]}, result],
+            [{"role": "assistant", "content": None, "tool_calls": [call]}, result],
+        ]
+        headers: list[str] = []
+        for messages in followers:
+            found = self.last_message_start([USER, *messages])
+            needle = messages[-1]["content"]
+            if found is None or needle not in found[0][found[1] :]:
+                continue
+            text, start = found
+            header = text[start : text.index(needle, start)]
+            marker = first_added_token(header, self.added_tokens) or header.strip()
+            if marker and marker not in headers:
+                headers.append(marker)
+        return headers
+
+    def tool_call_closes(self, close: str) -> list[str]:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
-        closes = []
+        if not close.strip():
+            return []  # the next message's header ends every turn
         completion = self.completion(
             {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]}
         )
-        if completion:
-            token = last_added_token(completion, self.added_tokens)
-            if token:
-                closes.append(token)
-        return closes
+        if not completion or completion.rstrip().endswith(close.strip()):
+            return []
+        token = last_added_token(completion, self.added_tokens)
+        return [token] if token else []
 
     # --- reasoning ------------------------------------------------------------------
 
@@ -353,10 +426,22 @@ class ProbeError(Exception):
 
 
 def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) -> ProbeFacts:
+    """Every turn fact the probes can learn; one that cannot be learned is recorded, not fatal."""
     prober = Prober(renderer, added_tokens)
-    turn = prober.turn_format(eos_token)
-    reasoning = prober.reasoning_format()
-    tools = prober.tool_call_format()
+    unlearned: dict[str, str] = {}
+
+    def attempt(fact: str, learn):
+        try:
+            return learn()
+        except ProbeError as exc:
+            unlearned[fact] = str(exc)
+        except ValueError as exc:  # a probe render that does not have the expected shape
+            unlearned[fact] = f"the probe renders do not have the expected shape ({exc})"
+        return None
+
+    turn = attempt("turn", lambda: prober.turn_format(eos_token))
+    reasoning = attempt("reasoning", prober.reasoning_format)
+    tools = attempt("tool_calls", prober.tool_call_format)
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
     return ProbeFacts(
@@ -365,6 +450,7 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         tool_calls=tools,
         notes=tuple(prober.notes),
         generation_prompt=prompt[len(base) :] if prompt.startswith(base) else "",
+        unlearned=unlearned,
     )
 
 

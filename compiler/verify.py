@@ -115,17 +115,20 @@ def max_tool_calls(renderer_class: type) -> int:
 class DifferentialChecker:
     """Compares one renderer class with the oracle, case by case."""
 
-    def __init__(self, renderer_class: type, oracle: TemplateOracle, tokenizer: Any = None) -> None:
+    def __init__(
+        self, renderer_class: type, oracle: TemplateOracle, tokenizer: Any = None, special_tokens: dict | None = None
+    ) -> None:
         self.renderer_class = renderer_class
         self.oracle = oracle
         self.tokenizer = tokenizer
+        self.special_tokens = dict(special_tokens or {})  # the values the oracle renders run-time special tokens with
         self.report = VerificationReport()
         self._renderers: dict[str, Any] = {}
 
     def renderer(self, knobs: dict) -> Any:
         key = json.dumps(knobs, sort_keys=True, default=repr)
         if key not in self._renderers:
-            self._renderers[key] = self.renderer_class(self.tokenizer, **knobs)
+            self._renderers[key] = self.renderer_class(self.tokenizer, special_tokens=self.special_tokens, **knobs)
         return self._renderers[key]
 
     def check(self, case: Case) -> Failure | None:
@@ -184,9 +187,14 @@ def verify(
     seed_value: int = 0,
     knob_candidates: dict[str, tuple] | None = None,
     template_roles: tuple[str, ...] = (),
+    special_tokens: dict[str, str] | None = None,
 ) -> VerificationReport:
-    """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk)."""
-    checker = DifferentialChecker(renderer_class, oracle, tokenizer)
+    """Run fixed edge cases, then ``cases`` generated ones; stop at the first mismatch (shrunk).
+
+    ``special_tokens`` are the values the oracle gives special-token variables that the class
+    reads at run time (placeholders when there is no tokenizer); the class is built with them.
+    """
+    checker = DifferentialChecker(renderer_class, oracle, tokenizer, special_tokens)
     features = features_for(renderer_class, knob_candidates or {}, template_roles)
     for case in fixed_edge_cases(features):
         failure = checker.check(case)

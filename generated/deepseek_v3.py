@@ -21,7 +21,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): none.
     Tool-call arguments: the template consumes dicts or JSON strings, rendered as given.
 
-    Assistant turns end with '<｜end▁of▁sentence｜>' (stop tokens: <｜end▁of▁sentence｜>);
+    Assistant turns end with '<｜end▁of▁sentence｜>' (stops: '<｜end▁of▁sentence｜>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<｜Assistant｜>'.
     Tool calls (json): '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' NAME '\n```json\n' ARGUMENTS '\n```<｜tool▁call▁end｜>'.

@@ -19,7 +19,7 @@ class Qwen3Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): enable_thinking.
     Tool-call arguments: the template consumes dicts or JSON strings, rendered as given.
 
-    Assistant turns end with '<|im_end|>' (stop tokens: <|im_end|>);
+    Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<|im_start|>assistant\n'.
     Reasoning: '<think>' ... '</think>'.

@@ -19,7 +19,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): none.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|im_end|>' (stop tokens: <|im_end|>);
+    Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<|im_start|>assistant\n'.
     Tool calls (xml): '<tool_call>\n<function=' NAME '>\n' ARGUMENTS '</function>\n</tool_call>'.

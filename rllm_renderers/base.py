@@ -9,18 +9,20 @@ handling, token ids with per-token message attribution.
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
-from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
+from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
 from .parsing import parse_text, to_parsed_response
 from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+logger = logging.getLogger(__name__)
 
 
 class _PrimeConfigClass:
@@ -51,14 +53,15 @@ class GeneratedRenderer(ABC):
     TEMPLATE_SHA256: ClassVar[str] = ""
     #: Template variables that are not inputs: constructor keyword arguments.
     KNOBS: ClassVar[tuple[str, ...]] = ()
-    #: Special-token variables the template reads, with the values baked in at compile time.
-    SPECIAL_TOKENS: ClassVar[dict[str, str]] = {}
+    #: Special-token variables the template reads, with the values baked in at compile time; None:
+    #: the value is read when the class is built, from its tokenizer or its ``special_tokens=``.
+    SPECIAL_TOKENS: ClassVar[dict[str, str | None]] = {}
     #: Roles the template distinguishes; other roles are rejected. Empty: any role.
     ROLES: ClassVar[tuple[str, ...]] = ()
     #: How the template consumes tool-call arguments: "dict", "string" or "either".
     TOOL_ARGUMENTS: ClassVar[str] = "either"
-    #: How an assistant turn ends, what follows it, and the stop tokens.
-    TURN: ClassVar[TurnFormat]
+    #: How an assistant turn ends, what follows it, and the stop strings; None when not learned.
+    TURN: ClassVar[TurnFormat | None] = None
     #: Reasoning markers, or None when the template does not render reasoning.
     REASONING: ClassVar[ReasoningFormat | None] = None
     #: Tool-call syntax, or None when the template renders no tool calls.
@@ -67,9 +70,19 @@ class GeneratedRenderer(ABC):
     PREFIX_STABLE: ClassVar[bool] = False
     #: Bridge retention policy when none is given (see ``bridge_to_next_turn``).
     DEFAULT_THINKING_RETENTION: ClassVar[str] = "template"
+    #: Turn-level facts the compiler could not learn, with the reason: the render is still exact,
+    #: but ``parse_response`` then returns the raw content with a status and the bridge returns None.
+    UNLEARNED: ClassVar[dict[str, str]] = {}
 
     def __init__(
-        self, tokenizer: Any = None, config: Any = None, /, *, thinking_retention: str | None = None, **knobs: Any
+        self,
+        tokenizer: Any = None,
+        config: Any = None,
+        /,
+        *,
+        thinking_retention: str | None = None,
+        special_tokens: dict[str, str] | None = None,
+        **knobs: Any,
     ) -> None:
         if config is not None:  # a prime-rl config object: its non-None knob fields
             knobs = {**{k: getattr(config, k) for k in self.KNOBS if getattr(config, k, None) is not None}, **knobs}
@@ -89,19 +102,47 @@ class GeneratedRenderer(ABC):
         self.knobs = {
             name: jinja.template_data(knobs[name]) if name in knobs else jinja.Undefined(name) for name in self.KNOBS
         }
-        if tokenizer is not None:
-            self._check_special_tokens(tokenizer)
+        self.special_tokens = self._special_token_values(tokenizer, dict(special_tokens or {}))
+        resolved = {name: str(value) for name, value in self.special_tokens.items()}
+        if any(baked is None for baked in self.SPECIAL_TOKENS.values()):
+            # facts learned without a tokenizer spell these tokens as placeholders
+            self.TURN = with_special_tokens(self.TURN, resolved)
+            self.REASONING = with_special_tokens(self.REASONING, resolved)
+            self.TOOL_CALLS = with_special_tokens(self.TOOL_CALLS, resolved)
         self._encoder = None
         self._generation_prompt: str | None = None
 
-    def _check_special_tokens(self, tokenizer: Any) -> None:
+    def _special_token_values(self, tokenizer: Any, given: dict[str, str]) -> dict[str, Any]:
+        """The value of each special-token variable: baked ones checked against the tokenizer and
+        ``given``; the others taken from ``given``, else the tokenizer, else undefined (as Jinja
+        sees a special token the tokenizer does not have)."""
+        unknown = sorted(set(given) - set(self.SPECIAL_TOKENS))
+        if unknown:
+            known = ", ".join(self.SPECIAL_TOKENS) or "none"
+            raise ValueError(
+                f"unknown special token {unknown[0]!r} for {type(self).__name__}; the template reads: {known}"
+            )
+        values: dict[str, Any] = {}
         for name, baked in self.SPECIAL_TOKENS.items():
-            actual = getattr(tokenizer, name, None)
-            if actual is None or str(actual) != baked:
+            from_tokenizer = getattr(tokenizer, name, None) if tokenizer is not None else None
+            from_tokenizer = None if from_tokenizer is None else str(from_tokenizer)
+            if baked is not None:
+                for origin, actual in (("the tokenizer", from_tokenizer), ("special_tokens=", given.get(name))):
+                    if (origin == "the tokenizer" and tokenizer is not None or actual is not None) and actual != baked:
+                        raise ValueError(
+                            f"{type(self).__name__} was compiled with {name}={baked!r} but {origin} has "
+                            f"{actual!r}; regenerate the renderer for this tokenizer"
+                        )
+                values[name] = baked
+                continue
+            value = given.get(name)
+            if value is not None and from_tokenizer is not None and value != from_tokenizer:
                 raise ValueError(
-                    f"{type(self).__name__} was compiled with {name}={baked!r} but the tokenizer has {actual!r}; "
-                    "regenerate the renderer for this tokenizer"
+                    f"special_tokens= gives {name}={value!r} but the tokenizer has {from_tokenizer!r}"
                 )
+            value = value if value is not None else from_tokenizer
+            values[name] = jinja.Undefined(name) if value is None else value
+        return values
 
     # --- pickling: the encoder cache is rebuilt lazily --------------------------------
 
@@ -266,7 +307,8 @@ class GeneratedRenderer(ABC):
             header = 0
             while header < min(len(prompt), len(body)) and body[header] == prompt[header]:
                 header += 1
-            close_end = end - len(self.TURN.after_close) if body.endswith(self.TURN.after_close) else end
+            after_close = self.TURN.after_close if self.TURN is not None else ""
+            close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
             ranges.append((start + header, close_end))
         return ranges
 
@@ -286,8 +328,22 @@ class GeneratedRenderer(ABC):
         return self._generation_prompt
 
     def get_stop_token_ids(self) -> list[int]:
-        """Ids of the tokens that end an assistant turn (the turn close first)."""
-        return [self.encoder.token_id(token) for token in self.TURN.stop_tokens]
+        """Ids of the stops that are single tokens of the tokenizer (the turn's own close first).
+
+        A stop the tokenizer does not have as one token (a plain-text close such as
+        ``</assistant>``) is only in :meth:`get_stop_strings`.
+        """
+        ids = []
+        for stop in self.get_stop_strings():
+            try:
+                ids.append(self.encoder.token_id(stop))
+            except ValueError:
+                continue
+        return ids
+
+    def get_stop_strings(self) -> list[str]:
+        """Every string that ends an assistant turn's generation (for engines that stop on text)."""
+        return list(self.TURN.stop_tokens) if self.TURN is not None else []
 
     def decode(self, token_ids: list[int]) -> str:
         """Text of ``token_ids`` with special tokens kept; ids outside the vocabulary are skipped."""
@@ -300,12 +356,26 @@ class GeneratedRenderer(ABC):
         tools: list[ToolSpec] | None = None,
         prompt_ids: list[int] | None = None,
     ) -> ParsedResponse:
-        """Content, reasoning and tool calls of a sampled turn; never raises on a list of ints."""
+        """Content, reasoning and tool calls of a sampled turn; never raises on a list of ints.
+
+        The completion ends at its first stop (a stop token id, or a stop string in its text),
+        and the close's text before the stop (``\n`` of ``\n</assistant>``) is not content.
+        When the class has not learned the turn syntax (``UNLEARNED``) the content is the raw
+        text and the status says so.
+        """
         ids = [token for token in token_ids if isinstance(token, int)]
         stop_ids = set(self.get_stop_token_ids())
         end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
+        stop = self.decode([ids[end]]) if end < len(ids) else None
         ids = ids[:end]
         text = self.decode(ids)
+        text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
+        stop = text_stop or stop
+        if self.TURN is not None and stop and self.TURN.close.endswith(stop):
+            lead = self.TURN.close[: len(self.TURN.close) - len(stop)]
+            text = text[: len(text) - len(lead)] if lead and text.endswith(lead) else text
+        if self.UNLEARNED:
+            return ParsedResponse(content=text, reasoning_complete=None, status="unlearned")
         prompt_tail = self.decode(list(prompt_ids)[-64:]) if prompt_ids else self.generation_prompt()
         parsed = parse_text(
             text,
@@ -351,6 +421,15 @@ class GeneratedRenderer(ABC):
         """``previous_prompt_ids + previous_completion_ids`` extended by ``new_messages`` and the
         generation prompt, or None when the caller must re-render (see :mod:`rllm_renderers.bridge`)."""
         return bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools)
+
+
+def cut_at_stop_string(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """``text`` up to its first stop string (excluded), and that stop (None when there is none)."""
+    found = [(text.find(stop), -len(stop), stop) for stop in stops if stop and stop in text]
+    if not found:
+        return text, None
+    at, _, stop = min(found)
+    return text[:at], stop
 
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:

@@ -23,6 +23,7 @@ that ran past a stop token is cut right after it.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .turns import cut_at_stop, tool_names
@@ -33,12 +34,54 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STAND_IN_USER = {"role": "user", "content": "Hello."}
 RETENTION_POLICIES = ("template", "verbatim")
+logger = logging.getLogger(__name__)
+_explained: set[type] = set()  # classes whose "cannot bridge" reason was logged
 
 
-def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int]:
-    """The completion cut right after its first stop token, or with the template's close appended."""
-    close_id = renderer.encoder.token_id(renderer.TURN.close)
-    return cut_at_stop(list(completion_ids), renderer.get_stop_token_ids(), close_id)
+def unlearned_reason(renderer: "GeneratedRenderer") -> str | None:
+    """Why this renderer can never bridge (turn facts it did not learn), logged once per class."""
+    if not renderer.UNLEARNED and renderer.TURN is not None:
+        return None
+    reason = "; ".join(f"{fact}: {why}" for fact, why in renderer.UNLEARNED.items()) or "no turn format"
+    if type(renderer) not in _explained:
+        _explained.add(type(renderer))
+        logger.warning("%s.bridge_to_next_turn always returns None: %s", type(renderer).__name__, reason)
+    return reason
+
+
+def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int] | None:
+    """The completion cut right after its first stop, or with the template's close appended.
+
+    None when that cannot be done exactly: a stop string that ends inside a token, or a
+    truncated completion whose close is text of several tokens (its tokens would depend on
+    what precedes it). A turn that nothing closes (the next header ends it) needs no close.
+    """
+    completion = list(completion_ids)
+    close = renderer.TURN.close
+    try:
+        close_id = renderer.encoder.token_id(close) if close else None
+    except ValueError:
+        close_id = None
+    stop_ids = renderer.get_stop_token_ids()
+    text_stops = [stop for stop in renderer.get_stop_strings() if stop not in renderer.encoder.added_token_strings]
+    if text_stops and not any(token in set(stop_ids) for token in completion):
+        text = renderer.decode(completion)
+        found = [(text.find(stop) + len(stop), stop) for stop in text_stops if stop in text]
+        if found:
+            stop_end, stop = min(found)
+            end = renderer._token_at(completion, stop_end)
+            return completion[:end] if renderer.decode(completion[:end]).endswith(stop) else None
+    cut = cut_at_stop(completion, stop_ids, close_id)
+    if cut is None and not close:
+        return completion  # nothing closes the turn: a truncated completion is complete as it is
+    return cut
+
+
+def header_stop(renderer: "GeneratedRenderer", completion_text: str) -> str:
+    """The next message's header a completion ended on, when the next header ends turns (GLM)."""
+    if renderer.TURN.close:
+        return ""
+    return next((stop for stop in renderer.get_stop_strings() if completion_text.endswith(stop)), "")
 
 
 def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
@@ -91,11 +134,18 @@ def bridge_turn(
         return None
     if any(message.get("role") == "assistant" for message in new_messages):
         return None
+    if unlearned_reason(renderer) is not None:
+        return None
     completion = closed_completion(renderer, previous_completion_ids)
+    if completion is None:
+        return None
     assistant = sampled_turn_as_message(renderer, completion, tools)
     if assistant is None:
         return None
     completion_text = renderer.decode(completion)
+    # a turn ended by the next message's header: that header is already in the completion
+    header = header_stop(renderer, completion_text)
+    completion_text = completion_text[: len(completion_text) - len(header)]
     generation_prompt = renderer.generation_prompt()
     suffixes: set[str] = set()
     faithful = True
@@ -119,6 +169,10 @@ def bridge_turn(
     if not faithful and renderer.thinking_retention == "template":
         return None
     suffix = suffixes.pop()
+    if header:
+        if not suffix.startswith(header):
+            return None  # the model opened a different message than the one that follows
+        suffix = suffix[len(header) :]
     prefix_ids = list(previous_prompt_ids) + completion
     suffix_ids, suffix_offsets = renderer.encoder.encode_with_offsets(suffix)
     indices = suffix_message_indices(renderer, new_messages, tools, suffix, suffix_offsets)

@@ -7,17 +7,54 @@ literal text as the template writes it, whitespace included.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+Format = TypeVar("Format")
+
+
+def special_token_placeholder(name: str) -> str:
+    """How a learned fact spells a special-token variable whose value is read at run time.
+
+    A class compiled without a tokenizer learns its facts from renders in which ``eos_token``
+    is the text ``<{eos_token}>``; when it is built, the placeholders in its facts become the
+    values its tokenizer (or ``special_tokens=``) gives.
+    """
+    return "<{" + name + "}>"
+
+
+def with_special_tokens(fact: Format, values: dict[str, str]) -> Format:
+    """``fact`` (a format dataclass, or None) with every placeholder replaced by its value."""
+    if fact is None or not values:
+        return fact
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str):
+            for name, token in values.items():
+                value = value.replace(special_token_placeholder(name), token)
+            return value
+        if isinstance(value, tuple):
+            return tuple(item for item in (resolve(item) for item in value) if item != "")
+        return value
+
+    changes = {field.name: resolve(getattr(fact, field.name)) for field in dataclasses.fields(fact)}
+    return dataclasses.replace(fact, **changes)
 
 
 @dataclass(frozen=True)
 class TurnFormat:
     """How an assistant turn ends.
 
-    ``close`` is the token the template writes to end the last assistant turn (the
-    one the model samples to stop); ``after_close`` is what the template writes
-    after it, before the next message (``"\\n"`` for ChatML); ``stop_tokens`` are
-    every token that ends generation, ``close`` first.
+    ``close`` is the text the template writes right after an assistant message's
+    content and the model samples to end its turn: a special token (``<|im_end|>``),
+    plain text (``\n</assistant>``), or ``""`` when nothing does and the next message's
+    header ends the turn (GLM). ``after_close`` is what the template writes after it,
+    before the next message (``"\n"`` for ChatML and Gemma). ``stop_tokens`` are the
+    strings that end generation, the close's own marker first; each is matched as one
+    token id where the tokenizer has it as one (``get_stop_token_ids``) and as text
+    otherwise (``get_stop_strings``). When nothing closes a turn they are the headers
+    of the messages that can follow it (GLM's ``<|user|>``, ``<|observation|>``).
     """
 
     close: str

@@ -79,6 +79,9 @@ class ParsedResponse:
     reasoning_content: str | None = None
     tool_calls: list[ParsedToolCall] = field(default_factory=list)
     reasoning_complete: bool | None = True
+    #: "ok", or "unlearned" when the renderer does not know the turn syntax needed to split the
+    #: completion (its class's ``UNLEARNED`` says what and why): ``content`` is then the raw text.
+    status: str = "ok"
 
 
 @runtime_checkable

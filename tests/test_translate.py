@@ -49,7 +49,7 @@ FAST = settings(max_examples=25, deadline=None, database=None, suppress_health_c
 
 def facts_for(source: str, special: dict[str, str] = SPECIAL) -> TemplateFacts:
     ast = parse_template(source, NAME)
-    knobs, special_used = split_free_variables(ast, special, NAME, have_tokenizer=True)
+    knobs, special_used, runtime = split_free_variables(ast, special, NAME)
     return TemplateFacts(
         name=NAME,
         source=source,
@@ -59,6 +59,7 @@ def facts_for(source: str, special: dict[str, str] = SPECIAL) -> TemplateFacts:
         special_tokens=special_used,
         roles=(),
         tool_arguments="either",
+        runtime_special_tokens=runtime,
     )
 
 

@@ -314,3 +314,19 @@ def test_deepseek_v3_tool_calls_parse_from_special_token_blocks():
     ]
     truncated = renderer.parse_response(completion[: len(completion) // 2])
     assert truncated.tool_calls[-1].status != "ok"
+
+
+@pytest.mark.parametrize("retention", ["template", "verbatim"])
+def test_gemma3_bridge_keeps_the_newline_the_template_writes_after_end_of_turn(retention):
+    family = next(family for family in FAMILIES if family.module == "gemma_3")
+    renderer = family.renderer_class(family.load_tokenizer(), thinking_retention=retention)
+    assert renderer.TURN.close == "<end_of_turn>" and renderer.TURN.after_close == "\n"
+    history = [{"role": "user", "content": "hi"}]
+    answer = {"role": "assistant", "content": "Hello there."}
+    new = [{"role": "user", "content": "How are you?"}]
+    pair = sampled_completion(renderer, history, answer, None)
+    assert pair is not None
+    prompt, completion = pair
+    bridged = renderer.bridge_to_next_turn(prompt, completion, new)
+    assert bridged is not None, "an exact extension exists: the bridge must not miss it"
+    assert bridged.token_ids == renderer.render_ids(history + [answer] + new, add_generation_prompt=True)

@@ -1,0 +1,66 @@
+"""The special-looking strings a template writes, and a tokenizer that carries them.
+
+Without the model's tokenizer the compiler still needs to know which literal strings
+are markers (``<|im_end|>``, ``</assistant>``, ``[INST]``, ``]~b]``): the turn probes split
+an assistant turn's close at its first marker, and verification checks token ids
+*structurally* with a tokenizer that carries these strings as special added tokens
+(byte-level BPE over the 256 byte symbols, no merges, like the corpus's synthetic
+tokenizers). Ids mean nothing there; what is checked is that the renderer splits the
+text around special tokens as the tokenizer does. It cannot catch BPE merges across
+span boundaries: real parity needs the real tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from jinja2 import nodes
+
+#: Shapes of marker strings in template literals: ``<|...|>`` / ``<｜...｜>`` / ``<...>`` tags,
+#: ``[|...|]``, ``[INST]``-style bracket words, and short bracketed punctuation (``]~b]``, ``[e~[``).
+MARKER_PATTERN = re.compile(
+    r"<[|｜][^<>\n]{1,40}?[|｜]>"
+    r"|</?[A-Za-z_|][^<>\s]{0,40}>"
+    r"|<[^<>\s]{1,40}[|]>"
+    r"|\[\|[^\[\]\s]{1,40}\|\]"
+    r"|\[/?[A-Za-z][A-Za-z_]{1,20}\]"
+    r"|[\[\]][^\s\[\]\w]{1,3}[a-z]{0,2}[^\s\[\]\w]?[\[\]]"
+    r"|\[[a-z][~!][\[\]]"
+)
+
+
+def markers_in(texts: Iterable[str]) -> frozenset[str]:
+    found: set[str] = set()
+    for text in texts:
+        found.update(MARKER_PATTERN.findall(text))
+    return frozenset(found)
+
+
+def template_literals(ast: nodes.Template) -> list[str]:
+    """Every literal string of the template: its text and its string constants."""
+    texts = [node.data for node in ast.find_all(nodes.TemplateData)]
+    texts += [node.value for node in ast.find_all(nodes.Const) if isinstance(node.value, str)]
+    return texts
+
+
+def template_markers(ast: nodes.Template, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The marker strings among the template's literals, plus ``extra`` (e.g. placeholder values)."""
+    return markers_in(template_literals(ast)) | frozenset(value for value in extra if value)
+
+
+def synthetic_tokenizer(special_strings: Iterable[str], special_tokens: dict[str, str]):
+    """A byte-level BPE tokenizer (256 byte symbols, no merges) with ``special_strings`` as special
+    added tokens (``normalized=False``, no lstrip/rstrip) and ``special_tokens`` (``bos_token``...)
+    set to the given strings, which are added too."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    strings = sorted(set(special_strings) | set(special_tokens.values()))
+    backend.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in strings])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **special_tokens)

@@ -1,0 +1,180 @@
+"""Turn syntax learned from text, tokenizer-free compiles, and the degrade path.
+
+Small templates written here in the styles real ones use (a plain-text close, a
+``[|endofturn|]`` marker, a turn that the next header ends, special tokens read from
+the tokenizer) are compiled without a tokenizer, verified structurally, and their
+learned facts drive parse_response and the bridge. The corpus-wide check is in
+tests/test_corpus_coverage.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from compiler.markers import synthetic_tokenizer
+from compiler.pipeline import compile_source, load_renderer_class, verify_compiled
+from compiler.source import resolve_source
+
+USER = {"role": "user", "content": "What is up?"}
+NEXT_USER = {"role": "user", "content": "And then?"}
+
+# Laguna / XML style: the turn ends in plain text, `\n</assistant>\n`.
+PLAIN_TEXT_CLOSE = (
+    "{% for m in messages %}<{{ m.role }}>\n{{ m.content }}\n</{{ m.role }}>\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>\n{% endif %}"
+)
+# EXAONE style: a bracketed marker that no tokenizer is given for, then a newline.
+BRACKET_CLOSE = (
+    "{% for m in messages %}[|{{ m.role }}|]{{ m.content }}[|endofturn|]\n{% endfor %}"
+    "{% if add_generation_prompt %}[|assistant|]{% endif %}"
+)
+# GLM style: nothing closes a turn, the next message's header does.
+HEADER_ENDS_TURN = (
+    "[gMASK]<sop>{% for m in messages %}"
+    "{% if m.role == 'user' %}<|user|>\n{{ m.content }}"
+    "{% elif m.role == 'assistant' %}<|assistant|>\n{{ m.content }}"
+    "{% elif m.role == 'tool' %}<|observation|>\n{{ m.content }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+# Llama-2 / Mistral style: reads bos_token and eos_token, closes a turn with eos_token.
+SPECIAL_TOKEN_CLOSE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+    "{% elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
+)
+# The assistant's content never reaches the text: no turn fact can be learned, the render is exact.
+HIDES_ASSISTANT = (
+    "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}</u>\n"
+    "{% elif m.role == 'assistant' %}<a>(redacted)</a>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<a>{% endif %}"
+)
+
+
+def compile_inline(tmp_path: Path, name: str, template: str):
+    """Compile ``template`` with no tokenizer, verify it structurally, return (class, compiled)."""
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(template, encoding="utf-8")
+    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False), ladder_dir=None)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    report = verify_compiled(renderer_class, compiled, cases=25, seed=0)
+    assert report.ok, report.failure.report()
+    assert compiled.parity in ("structural", "text") and report.tokens_checked == report.text_matched - report.rejected_alike
+    return renderer_class, compiled
+
+
+def structural_renderer(renderer_class, compiled):
+    return renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+
+
+def sampled(renderer, history, assistant):
+    """(prompt ids, completion ids through the first stop) as a model would sample them."""
+    prompt = renderer.render_ids(history, add_generation_prompt=True)
+    full = renderer.render_text(history + [assistant])
+    text = full[len(renderer.render_text(history, add_generation_prompt=True)) :]
+    stop_at = min(text.find(stop) + len(stop) for stop in renderer.get_stop_strings() if stop in text)
+    return prompt, renderer.encoder.encode(text[:stop_at])
+
+
+@pytest.mark.parametrize(
+    ("template", "close", "after_close", "stops"),
+    [
+        (PLAIN_TEXT_CLOSE, "\n</assistant>", "\n", ("</assistant>",)),
+        (BRACKET_CLOSE, "[|endofturn|]", "\n", ("[|endofturn|]",)),
+    ],
+    ids=["plain-text-close", "bracket-marker-close"],
+)
+def test_a_text_close_is_learned_parsed_and_bridged(tmp_path, template, close, after_close, stops):
+    renderer_class, compiled = compile_inline(tmp_path, "textclose", template)
+    assert renderer_class.TURN.close == close
+    assert renderer_class.TURN.after_close == after_close
+    assert renderer_class.TURN.stop_tokens == stops
+    assert not renderer_class.UNLEARNED
+    renderer = structural_renderer(renderer_class, compiled)
+    assert renderer.get_stop_strings() == list(stops)
+    answer = {"role": "assistant", "content": "Fine, thanks."}
+    prompt, completion = sampled(renderer, [USER], answer)
+    parsed = renderer.parse_response(completion + renderer.encoder.encode("junk after the stop"))
+    assert (parsed.content, parsed.status) == ("Fine, thanks.", "ok")
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER])
+    assert bridged is not None
+    assert bridged.token_ids == renderer.render_ids([USER, answer, NEXT_USER], add_generation_prompt=True)
+
+
+def test_a_turn_the_next_header_ends_stops_on_the_headers(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "glmlike", HEADER_ENDS_TURN)
+    turn = renderer_class.TURN
+    assert (turn.close, turn.after_close) == ("", "")
+    assert turn.stop_tokens == ("<|user|>", "<|observation|>")
+    renderer = structural_renderer(renderer_class, compiled)
+    # the stops are special tokens of the (structural) tokenizer, so they stop by id too
+    assert len(renderer.get_stop_token_ids()) == 2
+    answer = {"role": "assistant", "content": "Fine."}
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    full = renderer.render_ids([USER, answer, NEXT_USER], add_generation_prompt=True)
+    content_ids = renderer.encoder.encode("Fine.")
+    # the model stopped on the next header: it is kept and not rendered twice
+    with_header = content_ids + renderer.encoder.encode("<|user|>")
+    assert renderer.parse_response(with_header).content == "Fine."
+    bridged = renderer.bridge_to_next_turn(prompt, with_header, [NEXT_USER])
+    assert bridged is not None and bridged.token_ids == full
+    # a completion cut before any header needs no close
+    bridged = renderer.bridge_to_next_turn(prompt, content_ids, [NEXT_USER])
+    assert bridged is not None and bridged.token_ids == full
+    # the model opened a tool result but a user message follows: not this render
+    observation = content_ids + renderer.encoder.encode("<|observation|>")
+    assert renderer.bridge_to_next_turn(prompt, observation, [NEXT_USER]) is None
+
+
+def test_special_tokens_are_read_when_the_class_is_built(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "llama2like", SPECIAL_TOKEN_CLOSE)
+    assert renderer_class.SPECIAL_TOKENS == {"bos_token": None, "eos_token": None}
+    messages = [USER, {"role": "assistant", "content": "Hi."}]
+    # from special_tokens= ...
+    given = renderer_class(special_tokens={"bos_token": "<s>", "eos_token": "</s>"})
+    assert given.render_text(messages) == "<s>[INST]What is up?[/INST]Hi.</s>"
+    assert given.TURN.close == "</s>" and given.get_stop_strings() == ["</s>"]
+    # ... or from the tokenizer the class is built with
+    tokenizer = synthetic_tokenizer(["[INST]", "[/INST]"], {"bos_token": "<s>", "eos_token": "</s>"})
+    from_tokenizer = renderer_class(tokenizer)
+    assert from_tokenizer.render_text(messages) == "<s>[INST]What is up?[/INST]Hi.</s>"
+    assert from_tokenizer.get_stop_token_ids() == [tokenizer.convert_tokens_to_ids("</s>")]
+    # ... and without either, as transformers renders a token the tokenizer lacks: empty
+    assert renderer_class().render_text(messages) == "[INST]What is up?[/INST]Hi."
+    with pytest.raises(ValueError, match="unknown special token 'pad_token'"):
+        renderer_class(special_tokens={"pad_token": "<pad>"})
+    with pytest.raises(ValueError, match="special_tokens= gives eos_token='<eos>' but the tokenizer has '</s>'"):
+        renderer_class(tokenizer, special_tokens={"eos_token": "<eos>"})
+
+
+def test_baked_special_tokens_are_checked(tmp_path):
+    path = tmp_path / "baked.jinja"
+    path.write_text(SPECIAL_TOKEN_CLOSE, encoding="utf-8")
+    source = resolve_source("test/baked", template=path, allow_hub=False)
+    compiled = compile_source(source, special_tokens={"bos_token": "<s>", "eos_token": "</s>"}, ladder_dir=None)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    assert renderer_class.SPECIAL_TOKENS == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert renderer_class.TURN.close == "</s>"
+    other = synthetic_tokenizer([], {"bos_token": "<s>", "eos_token": "<|end|>"})
+    with pytest.raises(ValueError, match="compiled with eos_token='</s>' but the tokenizer has '<|end|>'"):
+        renderer_class(other)
+
+
+def test_unlearnable_turn_facts_degrade_instead_of_refusing(tmp_path, caplog):
+    renderer_class, compiled = compile_inline(tmp_path, "hides", HIDES_ASSISTANT)
+    assert renderer_class.TURN is None
+    assert set(renderer_class.UNLEARNED) == {"turn"}
+    assert "does not render a plain assistant message" in renderer_class.UNLEARNED["turn"]
+    assert "Not learned (turn)" in renderer_class.__doc__
+    renderer = structural_renderer(renderer_class, compiled)
+    parsed = renderer.parse_response(renderer.encoder.encode("Some answer"))
+    assert (parsed.content, parsed.status) == ("Some answer", "unlearned")
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    completion = renderer.encoder.encode("Some answer")
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.bridge"):
+        assert renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None
+        assert renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None
+    logged = [record for record in caplog.records if "always returns None" in record.getMessage()]
+    assert len(logged) == 1 and "does not render a plain assistant message" in logged[0].getMessage()
