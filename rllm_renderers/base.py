@@ -322,8 +322,17 @@ class GeneratedRenderer(ABC):
         """What ``add_generation_prompt=True`` appends (for this instance's knobs)."""
         if self._generation_prompt is None:
             probe = [{"role": "user", "content": "Hello."}]
-            without = self.render_text(probe)
-            with_prompt = self.render_text(probe, add_generation_prompt=True)
+            # Some templates only render with a tool list (Hermes iterates `tools` unguarded):
+            # probe without tools first, then with an empty list.
+            for tools in (None, []):
+                try:
+                    without = self.render_text(probe, tools=tools)
+                    with_prompt = self.render_text(probe, tools=tools, add_generation_prompt=True)
+                except jinja.TemplateError:
+                    if tools is None:
+                        continue
+                    raise
+                break
             self._generation_prompt = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
         return self._generation_prompt
 

@@ -1,0 +1,45 @@
+"""Constructs found in real chat templates of families outside the corpus (the held-out check).
+
+Each template here is a few lines reproducing one construct that made a real template fail
+to compile or verify; it is compiled with no tokenizer (as ``generate --template FILE`` does)
+and verified against transformers' own rendering.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler.pipeline import compile_source, load_renderer_class, verify_compiled
+from compiler.source import resolve_source
+
+USER = {"role": "user", "content": "What is up?"}
+ASSISTANT = {"role": "assistant", "content": "Not much."}
+
+
+def compile_inline(tmp_path: Path, name: str, template: str, cases: int = 30):
+    """Compile ``template`` with no tokenizer and verify it; return (class, compiled)."""
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(template, encoding="utf-8")
+    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False), ladder_dir=None)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    report = verify_compiled(renderer_class, compiled, cases=cases, seed=0)
+    assert report.ok, report.failure.report()
+    assert report.tokens_checked > 0
+    return renderer_class, compiled
+
+
+# Hermes-3 style: the system block iterates `tools` with no guard, so the template fails
+# (as in transformers) whenever no tool list is given.
+TOOLS_REQUIRED = (
+    "<|im_start|>system\nTools:{% for tool in tools %} {{ tool.function.name }}{% endfor %}<|im_end|>\n"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_template_that_needs_a_tool_list(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "tools_required", TOOLS_REQUIRED)
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.generation_prompt() == "<|im_start|>assistant\n"
+    rendered = renderer.render([USER, ASSISTANT], tools=[])
+    assert any(rendered.sampled_mask)
