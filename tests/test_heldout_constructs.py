@@ -43,3 +43,20 @@ def test_template_that_needs_a_tool_list(tmp_path):
     assert renderer.generation_prompt() == "<|im_start|>assistant\n"
     rendered = renderer.render([USER, ASSISTANT], tools=[])
     assert any(rendered.sampled_mask)
+
+
+# StepFun-3.7 style: a filter transformers does not have (`fromjson`, from llama.cpp's minja),
+# inside an inline if. Jinja compiles the template and fails only when that branch runs.
+UNKNOWN_FILTER_IN_BRANCH = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+    "{% if m.tool_calls %}{% for call in m.tool_calls %}"
+    "{% set arguments = call.function.arguments | fromjson if call.function.arguments is string"
+    " else call.function.arguments %}<call>{{ arguments | tojson }}</call>{% endfor %}{% endif %}"
+    "{% if m.role == 'tool' and m.content is frobnicated %}!{% endif %}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_unknown_filter_and_test_fail_only_where_they_run(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "unknown_filter", UNKNOWN_FILTER_IN_BRANCH)
+    assert "jinja.missing_filter_or_test" in compiled.code

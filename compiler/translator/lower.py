@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from jinja2 import nodes
+from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
 
 from rllm_renderers import template_runtime
 
@@ -73,6 +74,10 @@ COMPARE_OPERATORS = {
 }
 
 INVERTED_COMPARE = {"eq": "ne", "ne": "eq", "in": "notin", "notin": "in"}
+
+# The filters and tests transformers' chat-template environment has (jinja2's plus ``tojson``).
+JINJA_FILTERS = frozenset(DEFAULT_FILTERS) | {"tojson"}
+JINJA_TESTS = frozenset(DEFAULT_TESTS)
 
 # Template inputs that apply_chat_template passes besides knobs and special tokens.
 TEMPLATE_INPUTS = ("messages", "tools", "documents", "add_generation_prompt")
@@ -1105,6 +1110,8 @@ class Lowering:
         if readable is not None:
             return PyExpr(readable)
         helper = template_runtime.TESTS.get(test)
+        if helper is None and test not in JINJA_TESTS:
+            return PyExpr(call("jinja.missing_filter_or_test", const("test"), const(test), value.node, *arguments))
         if helper is None:
             raise self.error(node, f"cannot translate the test `is {test}`")
         return PyExpr(ast.Call(func=jinja(helper.__name__), args=[value.node, *arguments], keywords=keywords))
@@ -1135,6 +1142,11 @@ class Lowering:
         if filter_name == "map":
             return self.map_filter(node, value, arguments, keywords)
         helper = template_runtime.FILTERS.get(filter_name)
+        if helper is None and filter_name not in JINJA_FILTERS:
+            # not a filter of transformers' environment: the template compiled, so it sits in an if
+            # or an inline if, and Jinja raises only when that branch runs
+            missing = call("jinja.missing_filter_or_test", const("filter"), const(filter_name), value.node, *arguments)
+            return PyExpr(missing)
         if helper is None:
             raise self.error(node, f"cannot translate the filter `{filter_name}`")
         return PyExpr(
