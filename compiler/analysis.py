@@ -90,6 +90,21 @@ UNKNOWN_ROLE_PROBE = [
 ]
 
 
+def render_probe(oracle, messages: list[dict]) -> str:
+    """The oracle's text for a probe conversation: without tools, or, for a template that
+    cannot render without a tool list (Hermes-3 and Phi-4 iterate ``tools`` unguarded), with an
+    empty one. Raises the first OracleRejected when neither renders."""
+    from .oracle import OracleRejected
+
+    try:
+        return oracle.render_text(messages)
+    except OracleRejected as first:
+        try:
+            return oracle.render_text(messages, tools=[])
+        except OracleRejected:
+            raise first from None
+
+
 def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
     message, else the roles the template compares with. A template that silently drops messages
@@ -98,7 +113,7 @@ def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
     from .oracle import OracleRejected
 
     try:
-        text = oracle.render_text(UNKNOWN_ROLE_PROBE)
+        text = render_probe(oracle, UNKNOWN_ROLE_PROBE)
     except OracleRejected:
         return compared
     return () if "zzq7content" in text else compared
@@ -175,7 +190,7 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
                 {"role": "assistant", "content": content, "tool_calls": [call]},
             ]
             try:
-                text = oracle.render_text(messages)
+                text = render_probe(oracle, messages)
             except OracleRejected:
                 continue
             if "get_weather" in text:

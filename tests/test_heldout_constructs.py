@@ -60,3 +60,26 @@ UNKNOWN_FILTER_IN_BRANCH = (
 def test_unknown_filter_and_test_fail_only_where_they_run(tmp_path):
     renderer_class, compiled = compile_inline(tmp_path, "unknown_filter", UNKNOWN_FILTER_IN_BRANCH)
     assert "jinja.missing_filter_or_test" in compiled.code
+
+
+# Phi-4-mini (llama.cpp's version) style: `tools is defined` holds for tools=None, so the
+# template iterates None and fails unless a tool list is given; every role but system is
+# rendered generically (`'<|' + role + '|>'`).
+GENERIC_ROLES_NEED_TOOLS = (
+    "{% if tools is defined %}<|system|>{% for tool in tools %}<|tool|>{{ tool.function.name }}<|/tool|>"
+    "{% endfor %}<|end|>{% endif %}{% for m in messages %}{% if m['role'] != 'system' %}"
+    "<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_roles_and_turns_are_learned_with_an_empty_tool_list(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "generic_roles", GENERIC_ROLES_NEED_TOOLS)
+    assert compiled.facts.roles == ()  # any role renders
+    assert compiled.turn is not None and compiled.turn.warning() is None
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.render_text([USER, ASSISTANT], tools=[]) == (
+        "<|system|><|end|><|user|>What is up?<|end|><|assistant|>Not much.<|end|>"
+    )
+    _, compiled_hermes = compile_inline(tmp_path, "tools_required", TOOLS_REQUIRED)
+    assert compiled_hermes.turn.warning() is None
