@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -56,7 +57,12 @@ def parse_template(source: str, name: str) -> nodes.Template:
 
 
 def free_variables(ast: nodes.Template) -> set[str]:
-    return set(meta.find_undeclared_variables(ast)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+    # find_undeclared_variables runs Jinja's code generator, whose optimizer folds constants in
+    # place (`"x" | safe` becomes a Markup constant): give it a copy, the translator needs the
+    # template as written
+    environment = getattr(ast, "environment", None)
+    copied = copy.deepcopy(ast, {id(environment): environment} if environment is not None else None)
+    return set(meta.find_undeclared_variables(copied)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
 
 
 def compared_roles(ast: nodes.Template) -> tuple[str, ...]:

@@ -83,3 +83,20 @@ def test_roles_and_turns_are_learned_with_an_empty_tool_list(tmp_path):
     )
     _, compiled_hermes = compile_inline(tmp_path, "tools_required", TOOLS_REQUIRED)
     assert compiled_hermes.turn.warning() is None
+
+
+# functionary-v3.1 style: `"literal" | safe + value`. Jinja's optimizer, run by the analysis,
+# used to fold the filter into a Markup constant in the shared AST, and the generated code then
+# named an undefined `Markup`.
+SAFE_LITERAL = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ \"Say '\"|safe + m.content + \"'\"|safe }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_safe_literal_keeps_its_filter(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "safe_literal", SAFE_LITERAL)
+    assert "jinja.mark_safe" in compiled.code and "Markup(" not in compiled.code
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    text = renderer.render_text([{"role": "user", "content": "a & <b>"}])
+    assert text == "<|user|>Say 'a &amp; &lt;b&gt;'<|end|>\n"  # Markup + str escapes, as in Jinja
