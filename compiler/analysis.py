@@ -113,16 +113,46 @@ def render_probe(oracle, messages: list[dict]) -> str:
 
 def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
-    message, else the roles the template compares with. A template that silently drops messages
-    of other roles (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses
-    them with an error naming the role, since a dropped message is never what a caller meant."""
+    message, else the roles the template compares with, plus the standard roles whose messages it
+    renders without naming them as constants (``message.role == user_token`` after
+    ``{% set user_token = "user" %}``). A template that silently drops messages of other roles
+    (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses them with an
+    error naming the role, since a dropped message is never what a caller meant."""
     from .oracle import OracleRejected
 
     try:
         text = render_probe(oracle, UNKNOWN_ROLE_PROBE)
     except OracleRejected:
-        return compared
-    return () if "zzq7content" in text else compared
+        text = ""
+    if "zzq7content" in text:
+        return ()
+    rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role)}
+    return tuple(sorted(set(compared) | rendered))
+
+
+STANDARD_ROLES = ("system", "user", "assistant", "tool")
+_PROBE_USER = {"role": "user", "content": "Hello."}
+_PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+
+
+def renders_role(oracle, role: str) -> bool:
+    """Whether some short conversation ending in a ``role`` message shows that message's content."""
+    from .oracle import OracleRejected
+
+    message = {"role": role, "content": "zzq7content"}
+    contexts = (
+        [],
+        [_PROBE_USER],
+        [_PROBE_USER, {"role": "assistant", "content": "Hi."}],
+        [_PROBE_USER, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}],
+    )
+    for context in contexts:
+        try:
+            if "zzq7content" in render_probe(oracle, [*context, message]):
+                return True
+        except OracleRejected:
+            continue
+    return False
 
 
 def split_free_variables(

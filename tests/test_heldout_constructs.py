@@ -100,3 +100,18 @@ def test_safe_literal_keeps_its_filter(tmp_path):
     renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
     text = renderer.render_text([{"role": "user", "content": "a & <b>"}])
     assert text == "<|user|>Say 'a &amp; &lt;b&gt;'<|end|>\n"  # Markup + str escapes, as in Jinja
+
+
+# Llama-3.3-Nemotron-Super style: roles are compared with variables set from constants, and a
+# message of any other role is dropped.
+ROLES_FROM_VARIABLES = (
+    '{% set user_token = "user" %}{% set assistant_token = "assistant" %}'
+    "{% for m in messages %}{% if m.role == user_token %}<u>{{ m.content }}</u>"
+    "{% elif m.role == assistant_token %}<a>{{ m.content }}</a>{% elif m.role == 'system' %}<s>{{ m.content }}</s>"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+)
+
+
+def test_roles_compared_through_variables_are_accepted(tmp_path):
+    _, compiled = compile_inline(tmp_path, "roles_from_variables", ROLES_FROM_VARIABLES)
+    assert compiled.facts.roles == ("assistant", "system", "user")
