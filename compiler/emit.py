@@ -153,9 +153,9 @@ def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | 
     statements = list(ir.walk_statements(program.body))
     for method in program.methods:
         statements += ir.walk_statements(method.body)
-    uses_runtime = any(
-        "jinja" in ir.names_read(expression) for statement in statements for expression in ir.expressions_of(statement)
-    ) or any(isinstance(statement, ir.Raise) for statement in statements)
+    expressions = [expression for statement in statements for expression in ir.expressions_of(statement)]
+    expressions += [p.default for method in program.methods for p in method.parameters if p.default is not None]
+    uses_runtime = any("jinja" in ir.names_read(expression) for expression in expressions)
     if uses_runtime:
         imports.append(ast.ImportFrom(module="rllm_renderers", names=[ast.alias("template_runtime", "jinja")], level=0))
     if parent is None:

@@ -73,7 +73,8 @@ class DeepseekV3Renderer(GeneratedRenderer):
             # L3: {% if %}
             if message["role"] == "user":
                 ns.is_tool = False
-                out.append("<｜User｜>" + message["content"])
+                out.append("<｜User｜>")
+                out.append_content(message["content"])
             # L3: {% if %}
             if message["role"] == "assistant" and message["content"] is None:
                 ns.is_tool = False
@@ -85,41 +86,43 @@ class DeepseekV3Renderer(GeneratedRenderer):
                             "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
                             + tool["type"]
                             + "<｜tool▁sep｜>"
-                            + tool["function"]["name"]
-                            + "\n```json\n"
-                            + tool["function"]["arguments"]
-                            + "\n```<｜tool▁call▁end｜>"
                         )
+                        out.append_content(tool["function"]["name"])
+                        out.append("\n```json\n")
+                        out.append_content(tool["function"]["arguments"])
+                        out.append("\n```<｜tool▁call▁end｜>")
                         ns.is_first = True
                     else:
-                        out.append(
-                            "\n<｜tool▁call▁begin｜>"
-                            + tool["type"]
-                            + "<｜tool▁sep｜>"
-                            + tool["function"]["name"]
-                            + "\n```json\n"
-                            + tool["function"]["arguments"]
-                            + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
-                        )
+                        out.append("\n<｜tool▁call▁begin｜>" + tool["type"] + "<｜tool▁sep｜>")
+                        out.append_content(tool["function"]["name"])
+                        out.append("\n```json\n")
+                        out.append_content(tool["function"]["arguments"])
+                        out.append("\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
             # L10: {% if %}
             if message["role"] == "assistant" and message["content"] is not None:
                 # L10: {% if %}
                 if ns.is_tool:
-                    out.append("<｜tool▁outputs▁end｜>" + message["content"] + "<｜end▁of▁sentence｜>")
+                    out.append("<｜tool▁outputs▁end｜>")
+                    out.append_content(message["content"])
+                    out.append("<｜end▁of▁sentence｜>")
                     ns.is_tool = False
                 else:
-                    out.append("<｜Assistant｜>" + message["content"] + "<｜end▁of▁sentence｜>")
+                    out.append("<｜Assistant｜>")
+                    out.append_content(message["content"])
+                    out.append("<｜end▁of▁sentence｜>")
             # L10: {% if %}
             if message["role"] == "tool":
                 ns.is_tool = True
                 # L10: {% if %}
                 if ns.is_output_first:
-                    out.append(
-                        "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" + message["content"] + "<｜tool▁output▁end｜>"
-                    )
+                    out.append("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>")
+                    out.append_content(message["content"])
+                    out.append("<｜tool▁output▁end｜>")
                     ns.is_output_first = False
                 else:
-                    out.append("\n<｜tool▁output▁begin｜>" + message["content"] + "<｜tool▁output▁end｜>")
+                    out.append("\n<｜tool▁output▁begin｜>")
+                    out.append_content(message["content"])
+                    out.append("<｜tool▁output▁end｜>")
         out.mark_scaffold()
         # L11: {% if %}
         if ns.is_tool:

@@ -54,199 +54,24 @@ class GptOssRenderer(GeneratedRenderer):
         model_identity = self.knobs["model_identity"]
         reasoning_effort = self.knobs["reasoning_effort"]
 
-        # L10: {% macro render_typescript_type %}
-        def macro_render_typescript_type(
-            param_spec=jinja.Undefined("param_spec"),
-            required_params=jinja.Undefined("required_params"),
-            is_nullable=False,
-        ):
-            parts_ = []
-            # L11: {% if %}
-            if param_spec["type"] == "array":
-                # L12: {% if %}
-                if param_spec["items"]:
-                    # L13: {% if %}
-                    if param_spec["items"]["type"] == "string":
-                        parts_.append("string[]")
-                    elif param_spec["items"]["type"] == "number":
-                        parts_.append("number[]")
-                    elif param_spec["items"]["type"] == "integer":
-                        parts_.append("number[]")
-                    elif param_spec["items"]["type"] == "boolean":
-                        parts_.append("boolean[]")
-                    else:
-                        inner_type = macro_render_typescript_type(param_spec["items"], required_params)
-                        # L23: {% if %}
-                        if inner_type == "object | object" or len(inner_type) > 50:
-                            parts_.append("any[]")
-                        else:
-                            parts_.append(inner_type + "[]")
-                    # L29: {% if %}
-                    if param_spec["nullable"]:
-                        parts_.append(" | null")
-                else:
-                    parts_.append("any[]")
-                    # L34: {% if %}
-                    if param_spec["nullable"]:
-                        parts_.append(" | null")
-            elif (
-                jinja.defined(param_spec["type"])
-                and jinja.is_iterable(param_spec["type"])
-                and (not isinstance(param_spec["type"], str))
-                and (not jinja.is_mapping(param_spec["type"]))
-                and jinja.defined(param_spec["type"][0])
-            ):
-                # L40: {% if %}
-                if len(param_spec["type"]) > 1:
-                    parts_.append(jinja.join(param_spec["type"], " | "))
-                else:
-                    parts_.append(str(param_spec["type"][0]))
-            elif param_spec["oneOf"]:
-                has_object_variants = False
-                # L48: {% for %}
-                for variant in param_spec["oneOf"]:
-                    # L49: {% if %}
-                    if variant["type"] == "object":
-                        # Jinja scoping: this 'has_object_variants' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'has_object_variants_2'
-                        has_object_variants_2 = True
-                # L53: {% if %}
-                if has_object_variants and len(param_spec["oneOf"]) > 1:
-                    parts_.append("any")
-                else:
-                    # L56: {% for %}
-                    items = list(param_spec["oneOf"])
-                    for variant_index, variant in enumerate(items):
-                        parts_.append(macro_render_typescript_type(variant, required_params))
-                        # L58: {% if %}
-                        if variant["description"]:
-                            parts_.append("// " + variant["description"])
-                        # L61: {% if %}
-                        if jinja.defined(variant["default"]):
-                            parts_.append("                    // default: " + jinja.tojson(variant["default"]))
-                        # L64: {% if %}
-                        if variant_index != len(items) - 1:
-                            parts_.append(" | \n")
-            elif param_spec["type"] == "string":
-                # L70: {% if %}
-                if param_spec["enum"]:
-                    parts_.append('"' + jinja.join(param_spec["enum"], '" | "') + '"')
-                else:
-                    parts_.append("string")
-                    # L74: {% if %}
-                    if param_spec["nullable"]:
-                        parts_.append(" | null")
-            elif param_spec["type"] == "number":
-                parts_.append("number")
-            elif param_spec["type"] == "integer":
-                parts_.append("number")
-            elif param_spec["type"] == "boolean":
-                parts_.append("boolean")
-            elif param_spec["type"] == "object":
-                # L86: {% if %}
-                if param_spec["properties"]:
-                    parts_.append("{\n")
-                    # L88: {% for %}
-                    items_2 = list(param_spec["properties"].items())
-                    for index, (prop_name, prop_spec) in enumerate(items_2):
-                        parts_.append(str(prop_name))
-                        # L90: {% if %}
-                        if prop_name not in (param_spec["required"] or []):
-                            parts_.append("?")
-                        parts_.append(
-                            ": \n                "
-                            + macro_render_typescript_type(prop_spec, param_spec["required"] or [])
-                        )
-                        # L95: {% if %}
-                        if index != len(items_2) - 1:
-                            parts_.append(", ")
-                    parts_.append("}")
-                else:
-                    parts_.append("object")
-            else:
-                parts_.append("any")
-            return "".join(parts_)
-
-        # L108: {% macro render_tool_namespace %}
-        def macro_render_tool_namespace(
-            namespace_name=jinja.Undefined("namespace_name"), tools_2=jinja.Undefined("tools")
-        ):
-            parts_ = []
-            parts_.append("## " + namespace_name + "\n\nnamespace " + namespace_name + " {\n\n")
-            # L111: {% for %}
-            for tool in tools_2:
-                tool = tool["function"]
-                parts_.append("// " + tool["description"] + "\ntype " + tool["name"] + " = ")
-                # L115: {% if %}
-                if tool["parameters"] and tool["parameters"]["properties"]:
-                    parts_.append("(_: {\n")
-                    # L117: {% for %}
-                    items = list(tool["parameters"]["properties"].items())
-                    for index, (param_name, param_spec_2) in enumerate(items):
-                        # L118: {% if %}
-                        if param_spec_2["description"]:
-                            parts_.append("// " + param_spec_2["description"] + "\n")
-                        parts_.append(str(param_name))
-                        # L122: {% if %}
-                        if param_name not in (tool["parameters"]["required"] or []):
-                            parts_.append("?")
-                        parts_.append(
-                            ": " + macro_render_typescript_type(param_spec_2, tool["parameters"]["required"] or [])
-                        )
-                        # L127: {% if %}
-                        if jinja.defined(param_spec_2["default"]):
-                            # L128: {% if %}
-                            if param_spec_2["enum"]:
-                                parts_.append(", // default: " + param_spec_2["default"])
-                            elif param_spec_2["oneOf"]:
-                                parts_.append("// default: " + param_spec_2["default"])
-                            else:
-                                parts_.append(", // default: " + jinja.tojson(param_spec_2["default"]))
-                        # L136: {% if %}: both branches are the same
-                        parts_.append(",\n")
-                    parts_.append("}) => any;\n\n")
-                else:
-                    parts_.append("() => any;\n\n")
-            parts_.append("} // namespace " + namespace_name)
-            return "".join(parts_)
-
-        # L150: {% macro render_builtin_tools %}
-        def macro_render_builtin_tools(
-            browser_tool=jinja.Undefined("browser_tool"), python_tool=jinja.Undefined("python_tool")
-        ):
-            parts_ = []
-            # L151: {% if %}
-            if browser_tool:
-                parts_.append(
-                    "## browser\n\n// Tool for browsing.\n// The `cursor` appears in brackets before each browsing display: `[{cursor}]`.\n// Cite information from the tool using the following format:\n// `【{cursor}†L{line_start}(-L{line_end})?】`, for example: `【6†L9-L11】` or `【8†L3】`.\n// Do not quote more than 10 words directly from the tool output.\n// sources=web (default: web)\nnamespace browser {\n\n// Searches for information related to `query` and displays `topn` results.\ntype search = (_: {\nquery: string,\ntopn?: number, // default: 10\nsource?: string,\n}) => any;\n\n// Opens the link `id` from the page indicated by `cursor` starting at line number `loc`, showing `num_lines` lines.\n// Valid link ids are displayed with the formatting: `【{id}†.*】`.\n// If `cursor` is not provided, the most recent page is implied.\n// If `id` is a string, it is treated as a fully qualified URL associated with `source`.\n// If `loc` is not provided, the viewport will be positioned at the beginning of the document or centered on the most relevant passage, if available.\n// Use this function without `id` to scroll to a new location of an opened page.\ntype open = (_: {\nid?: number | string, // default: -1\ncursor?: number, // default: -1\nloc?: number, // default: -1\nnum_lines?: number, // default: -1\nview_source?: boolean, // default: false\nsource?: string,\n}) => any;\n\n// Finds exact matches of `pattern` in the current page, or the page given by `cursor`.\ntype find = (_: {\npattern: string,\ncursor?: number, // default: -1\n}) => any;\n\n} // namespace browser\n\n"
-                )
-            # L188: {% if %}
-            if python_tool:
-                parts_.append(
-                    "## python\n\nUse this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\nWhen you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
-                )
-            return "".join(parts_)
-
         # L196: {% macro build_system_message %}
         def macro_build_system_message():
             parts_ = []
-            # Jinja scoping: this 'model_identity' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'model_identity_2'
+            # Jinja scoping: 'model_identity' set here is local to this loop or macro, hence 'model_identity_2'
             model_identity_2 = model_identity
-            # Jinja scoping: this 'reasoning_effort' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'reasoning_effort_2'
+            # Jinja scoping: 'reasoning_effort' set here is local to this loop or macro, hence 'reasoning_effort_2'
             reasoning_effort_2 = reasoning_effort
             # L197: {% if %}
             if not jinja.defined(model_identity_2):
-                # Jinja scoping: this 'model_identity' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'model_identity_2'
                 model_identity_2 = "You are ChatGPT, a large language model trained by OpenAI."
             parts_.append(
                 model_identity_2
-                + "\n"
-                + "Knowledge cutoff: 2024-06\nCurrent date: "
+                + "\nKnowledge cutoff: 2024-06\nCurrent date: "
                 + jinja.strftime_now("%Y-%m-%d")
                 + "\n\n"
             )
             # L203: {% if %}
             if not jinja.defined(reasoning_effort_2):
-                # Jinja scoping: this 'reasoning_effort' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'reasoning_effort_2'
                 reasoning_effort_2 = "medium"
             parts_.append("Reasoning: " + reasoning_effort_2 + "\n\n")
             # L207: {% if %}
@@ -261,7 +86,7 @@ class GptOssRenderer(GeneratedRenderer):
                     elif tool == "python":
                         available_builtin_tools.python = True
                 parts_.append(
-                    macro_render_builtin_tools(available_builtin_tools.browser, available_builtin_tools.python)
+                    self.macro_render_builtin_tools(available_builtin_tools.browser, available_builtin_tools.python)
                 )
             parts_.append("# Valid channels: analysis, commentary, final. Channel must be included for every message.")
             # L220: {% if %}
@@ -285,7 +110,7 @@ class GptOssRenderer(GeneratedRenderer):
                 out.append("# Instructions\n\n" + str(developer_message) + "\n\n")
             # L250: {% if %}
             if tools:
-                out.append("# Tools\n\n" + macro_render_tool_namespace("functions", tools))
+                out.append("# Tools\n\n" + self.macro_render_tool_namespace("functions", tools))
             out.append("<|end|>")
         last_tool_call = jinja.Namespace(name=None)
         # L259: {% for %}
@@ -302,6 +127,179 @@ class GptOssRenderer(GeneratedRenderer):
         # L329: {% if %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
+
+    def macro_render_typescript_type(
+        self,
+        param_spec=jinja.Undefined("param_spec"),
+        required_params=jinja.Undefined("required_params"),
+        is_nullable=False,
+    ):
+        """The template's macro render_typescript_type (lines 10-104)."""
+        parts_ = []
+        # L11: {% if %}
+        if param_spec["type"] == "array":
+            # L12: {% if %}
+            if param_spec["items"]:
+                # L13: {% if %}
+                if param_spec["items"]["type"] == "string":
+                    parts_.append("string[]")
+                elif param_spec["items"]["type"] == "number":
+                    parts_.append("number[]")
+                elif param_spec["items"]["type"] == "integer":
+                    parts_.append("number[]")
+                elif param_spec["items"]["type"] == "boolean":
+                    parts_.append("boolean[]")
+                else:
+                    inner_type = self.macro_render_typescript_type(param_spec["items"], required_params)
+                    # L23: {% if %}
+                    if inner_type == "object | object" or len(inner_type) > 50:
+                        parts_.append("any[]")
+                    else:
+                        parts_.append(inner_type + "[]")
+                # L29: {% if %}
+                if param_spec["nullable"]:
+                    parts_.append(" | null")
+            else:
+                parts_.append("any[]")
+                # L34: {% if %}
+                if param_spec["nullable"]:
+                    parts_.append(" | null")
+        elif (
+            jinja.defined(param_spec["type"])
+            and jinja.is_iterable(param_spec["type"])
+            and (not isinstance(param_spec["type"], str))
+            and (not jinja.is_mapping(param_spec["type"]))
+            and jinja.defined(param_spec["type"][0])
+        ):
+            # L40: {% if %}
+            if len(param_spec["type"]) > 1:
+                parts_.append(jinja.join(param_spec["type"], " | "))
+            else:
+                parts_.append(str(param_spec["type"][0]))
+        elif param_spec["oneOf"]:
+            has_object_variants = False
+            # L48: {% for %}
+            for variant in param_spec["oneOf"]:
+                # L49: {% if %}
+                if variant["type"] == "object":
+                    # Jinja scoping: 'has_object_variants' set here is local to this loop or macro, hence 'has_object_variants_2'
+                    has_object_variants_2 = True
+            # L53: {% if %}
+            if has_object_variants and len(param_spec["oneOf"]) > 1:
+                parts_.append("any")
+            else:
+                # L56: {% for %}
+                items = list(param_spec["oneOf"])
+                for variant_index, variant in enumerate(items):
+                    parts_.append(self.macro_render_typescript_type(variant, required_params))
+                    # L58: {% if %}
+                    if variant["description"]:
+                        parts_.append("// " + variant["description"])
+                    # L61: {% if %}
+                    if jinja.defined(variant["default"]):
+                        parts_.append("                    // default: " + jinja.tojson(variant["default"]))
+                    # L64: {% if %}
+                    if variant_index != len(items) - 1:
+                        parts_.append(" | \n")
+        elif param_spec["type"] == "string":
+            # L70: {% if %}
+            if param_spec["enum"]:
+                parts_.append('"' + jinja.join(param_spec["enum"], '" | "') + '"')
+            else:
+                parts_.append("string")
+                # L74: {% if %}
+                if param_spec["nullable"]:
+                    parts_.append(" | null")
+        elif param_spec["type"] == "number":
+            parts_.append("number")
+        elif param_spec["type"] == "integer":
+            parts_.append("number")
+        elif param_spec["type"] == "boolean":
+            parts_.append("boolean")
+        elif param_spec["type"] == "object":
+            # L86: {% if %}
+            if param_spec["properties"]:
+                parts_.append("{\n")
+                # L88: {% for %}
+                items_2 = list(param_spec["properties"].items())
+                for index, (prop_name, prop_spec) in enumerate(items_2):
+                    parts_.append(str(prop_name))
+                    # L90: {% if %}
+                    if prop_name not in (param_spec["required"] or []):
+                        parts_.append("?")
+                    parts_.append(
+                        ": \n                "
+                        + self.macro_render_typescript_type(prop_spec, param_spec["required"] or [])
+                    )
+                    # L95: {% if %}
+                    if index != len(items_2) - 1:
+                        parts_.append(", ")
+                parts_.append("}")
+            else:
+                parts_.append("object")
+        else:
+            parts_.append("any")
+        return "".join(parts_)
+
+    def macro_render_tool_namespace(
+        self, namespace_name=jinja.Undefined("namespace_name"), tools=jinja.Undefined("tools")
+    ):
+        """The template's macro render_tool_namespace (lines 108-147)."""
+        parts_ = []
+        parts_.append("## " + namespace_name + "\n\nnamespace " + namespace_name + " {\n\n")
+        # L111: {% for %}
+        for tool in tools:
+            tool = tool["function"]
+            parts_.append("// " + tool["description"] + "\ntype " + tool["name"] + " = ")
+            # L115: {% if %}
+            if tool["parameters"] and tool["parameters"]["properties"]:
+                parts_.append("(_: {\n")
+                # L117: {% for %}
+                items = list(tool["parameters"]["properties"].items())
+                for index, (param_name, param_spec) in enumerate(items):
+                    # L118: {% if %}
+                    if param_spec["description"]:
+                        parts_.append("// " + param_spec["description"] + "\n")
+                    parts_.append(str(param_name))
+                    # L122: {% if %}
+                    if param_name not in (tool["parameters"]["required"] or []):
+                        parts_.append("?")
+                    parts_.append(
+                        ": " + self.macro_render_typescript_type(param_spec, tool["parameters"]["required"] or [])
+                    )
+                    # L127: {% if %}
+                    if jinja.defined(param_spec["default"]):
+                        # L128: {% if %}
+                        if param_spec["enum"]:
+                            parts_.append(", // default: " + param_spec["default"])
+                        elif param_spec["oneOf"]:
+                            parts_.append("// default: " + param_spec["default"])
+                        else:
+                            parts_.append(", // default: " + jinja.tojson(param_spec["default"]))
+                    # L136: {% if %}: both branches are the same
+                    parts_.append(",\n")
+                parts_.append("}) => any;\n\n")
+            else:
+                parts_.append("() => any;\n\n")
+        parts_.append("} // namespace " + namespace_name)
+        return "".join(parts_)
+
+    def macro_render_builtin_tools(
+        self, browser_tool=jinja.Undefined("browser_tool"), python_tool=jinja.Undefined("python_tool")
+    ):
+        """The template's macro render_builtin_tools (lines 150-191)."""
+        parts_ = []
+        # L151: {% if %}
+        if browser_tool:
+            parts_.append(
+                "## browser\n\n// Tool for browsing.\n// The `cursor` appears in brackets before each browsing display: `[{cursor}]`.\n// Cite information from the tool using the following format:\n// `【{cursor}†L{line_start}(-L{line_end})?】`, for example: `【6†L9-L11】` or `【8†L3】`.\n// Do not quote more than 10 words directly from the tool output.\n// sources=web (default: web)\nnamespace browser {\n\n// Searches for information related to `query` and displays `topn` results.\ntype search = (_: {\nquery: string,\ntopn?: number, // default: 10\nsource?: string,\n}) => any;\n\n// Opens the link `id` from the page indicated by `cursor` starting at line number `loc`, showing `num_lines` lines.\n// Valid link ids are displayed with the formatting: `【{id}†.*】`.\n// If `cursor` is not provided, the most recent page is implied.\n// If `id` is a string, it is treated as a fully qualified URL associated with `source`.\n// If `loc` is not provided, the viewport will be positioned at the beginning of the document or centered on the most relevant passage, if available.\n// Use this function without `id` to scroll to a new location of an opened page.\ntype open = (_: {\nid?: number | string, // default: -1\ncursor?: number, // default: -1\nloc?: number, // default: -1\nnum_lines?: number, // default: -1\nview_source?: boolean, // default: false\nsource?: string,\n}) => any;\n\n// Finds exact matches of `pattern` in the current page, or the page given by `cursor`.\ntype find = (_: {\npattern: string,\ncursor?: number, // default: -1\n}) => any;\n\n} // namespace browser\n\n"
+            )
+        # L188: {% if %}
+        if python_tool:
+            parts_.append(
+                "## python\n\nUse this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\nWhen you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
+            )
+        return "".join(parts_)
 
     def render_assistant(self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt):
         """The template's assistant branch of the message loop (lines 261-315)."""
@@ -343,9 +341,13 @@ class GptOssRenderer(GeneratedRenderer):
                     "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
                 )
             elif message["content"] and (not future_final_message.found):
-                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["content"] + "<|end|>")
+                out.append("<|start|>assistant<|channel|>analysis<|message|>")
+                out.append_content(message["content"])
+                out.append("<|end|>")
             elif message["thinking"] and (not future_final_message.found):
-                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["thinking"] + "<|end|>")
+                out.append("<|start|>assistant<|channel|>analysis<|message|>")
+                out.append_content(message["thinking"])
+                out.append("<|end|>")
             out.append(
                 "<|start|>assistant to=functions."
                 + tool_call["name"]
@@ -358,10 +360,16 @@ class GptOssRenderer(GeneratedRenderer):
         elif message_index == len(loop_messages) - 1 and (not add_generation_prompt):
             # L305: {% if %}
             if "thinking" in message:
-                out.append("<|start|>assistant<|channel|>analysis<|message|>" + message["thinking"] + "<|end|>")
-            out.append("<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|return|>")
+                out.append("<|start|>assistant<|channel|>analysis<|message|>")
+                out.append_content(message["thinking"])
+                out.append("<|end|>")
+            out.append("<|start|>assistant<|channel|>final<|message|>")
+            out.append_content(message["content"])
+            out.append("<|return|>")
         else:
-            out.append("<|start|>assistant<|channel|>final<|message|>" + message["content"] + "<|end|>")
+            out.append("<|start|>assistant<|channel|>final<|message|>")
+            out.append_content(message["content"])
+            out.append("<|end|>")
             last_tool_call.name = None
 
     def render_tool(self, out, message, last_tool_call):
@@ -371,14 +379,12 @@ class GptOssRenderer(GeneratedRenderer):
             raise jinja.TemplateError(
                 "Message has tool role, but there was no previous assistant message with a tool call!"
             )
-        out.append(
-            "<|start|>functions."
-            + last_tool_call.name
-            + " to=assistant<|channel|>commentary<|message|>"
-            + jinja.tojson(message["content"])
-            + "<|end|>"
-        )
+        out.append("<|start|>functions." + last_tool_call.name + " to=assistant<|channel|>commentary<|message|>")
+        out.append_content(jinja.tojson(message["content"]))
+        out.append("<|end|>")
 
     def render_user(self, out, message):
         """The template's user branch of the message loop (lines 323-324)."""
-        out.append("<|start|>user<|message|>" + message["content"] + "<|end|>")
+        out.append("<|start|>user<|message|>")
+        out.append_content(message["content"])
+        out.append("<|end|>")

@@ -121,13 +121,9 @@ class Llama31Renderer(GeneratedRenderer):
 
     def render_other(self, out, message):
         """The template's other branch of the message loop (lines 67-68)."""
-        out.append(
-            "<|start_header_id|>"
-            + message["role"]
-            + "<|end_header_id|>\n\n"
-            + jinja.trim(message["content"])
-            + "<|eot_id|>"
-        )
+        out.append("<|start_header_id|>" + message["role"] + "<|end_header_id|>\n\n")
+        out.append_content(jinja.trim(message["content"]))
+        out.append("<|eot_id|>")
 
     def render_tool_calls(self, out, message, builtin_tools):
         """The template's tool_calls branch of the message loop (lines 69-95)."""

@@ -93,14 +93,17 @@ class Qwen25Renderer(GeneratedRenderer):
 
     def render_user_or_system_or_assistant(self, out, message):
         """The template's user / system / assistant branch of the message loop (lines 22-23)."""
-        out.append("<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n")
+        out.append("<|im_start|>" + message["role"] + "\n")
+        out.append_content(message["content"])
+        out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message):
         """The template's assistant branch of the message loop (lines 24-39)."""
         out.append("<|im_start|>" + message["role"])
         # L26: {% if %}
         if message["content"]:
-            out.append("\n" + message["content"])
+            out.append("\n")
+            out.append_content(message["content"])
         # L29: {% for %}
         for tool_call in message["tool_calls"]:
             # L30: {% if %}

@@ -108,7 +108,9 @@ class Qwen3Renderer(GeneratedRenderer):
 
     def render_user_or_system(self, out, message):
         """The template's user / system branch of the message loop (lines 26-27)."""
-        out.append("<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n")
+        out.append("<|im_start|>" + message["role"] + "\n")
+        out.append_content(message["content"])
+        out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, ns, messages):
         """The template's assistant branch of the message loop (lines 28-67)."""
@@ -128,18 +130,16 @@ class Qwen3Renderer(GeneratedRenderer):
         if message_index > ns.last_query_index:
             # L40: {% if %}
             if message_index == len(messages) - 1 or (message_index != len(messages) - 1 and reasoning_content):
-                out.append(
-                    "<|im_start|>"
-                    + message["role"]
-                    + "\n<think>\n"
-                    + reasoning_content.strip("\n")
-                    + "\n</think>\n\n"
-                    + content.lstrip("\n")
-                )
+                out.append("<|im_start|>" + message["role"] + "\n<think>\n")
+                out.append_content(reasoning_content.strip("\n"))
+                out.append("\n</think>\n\n")
+                out.append_content(content.lstrip("\n"))
             else:
-                out.append("<|im_start|>" + message["role"] + "\n" + content)
+                out.append("<|im_start|>" + message["role"] + "\n")
+                out.append_content(content)
         else:
-            out.append("<|im_start|>" + message["role"] + "\n" + content)
+            out.append("<|im_start|>" + message["role"] + "\n")
+            out.append_content(content)
         # L48: {% if %}
         if message["tool_calls"]:
             # L49: {% for %}

@@ -119,7 +119,7 @@ class Qwen35Renderer(GeneratedRenderer):
             )
             # L54: {% if %}
             if messages[0]["role"] == "system":
-                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_2'
+                # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
                 content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 # L56: {% if %}
                 if content_2:
@@ -128,7 +128,6 @@ class Qwen35Renderer(GeneratedRenderer):
         else:
             # L62: {% if %}
             if messages[0]["role"] == "system":
-                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_2'
                 content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 out.append("<|im_start|>system\n" + content_2 + "<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
@@ -137,7 +136,7 @@ class Qwen35Renderer(GeneratedRenderer):
             index = len(messages) - 1 - message_index
             # L70: {% if %}
             if ns.multi_step_tool and message["role"] == "user":
-                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_3'
+                # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_3'
                 content_3 = jinja.trim(macro_render_content(message["content"], False))
                 # L72: {% if %}
                 if not (content_3.startswith("<tool_response>") and content_3.endswith("</tool_response>")):
@@ -149,7 +148,7 @@ class Qwen35Renderer(GeneratedRenderer):
         # L81: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
-            # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_4'
+            # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_4'
             content_4 = jinja.trim(macro_render_content(message["content"], True))
             # L83: {% if %} on the message's role
             if message["role"] == "system":
@@ -180,7 +179,9 @@ class Qwen35Renderer(GeneratedRenderer):
 
     def render_user(self, out, message, content_4):
         """The template's user branch of the message loop (lines 87-88)."""
-        out.append("<|im_start|>" + message["role"] + "\n" + content_4 + "<|im_end|>\n")
+        out.append("<|im_start|>" + message["role"] + "\n")
+        out.append_content(content_4)
+        out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, content_4, ns):
         """The template's assistant branch of the message loop (lines 89-130)."""
@@ -192,16 +193,17 @@ class Qwen35Renderer(GeneratedRenderer):
             # L94: {% if %}
             if "</think>" in content_4:
                 reasoning_content = content_4.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                # Jinja scoping: this 'content' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'content_4'
                 content_4 = content_4.split("</think>")[-1].lstrip("\n")
         reasoning_content = jinja.trim(reasoning_content)
         # L100: {% if %}
         if message_index > ns.last_query_index:
-            out.append(
-                "<|im_start|>" + message["role"] + "\n<think>\n" + reasoning_content + "\n</think>\n\n" + content_4
-            )
+            out.append("<|im_start|>" + message["role"] + "\n<think>\n")
+            out.append_content(reasoning_content)
+            out.append("\n</think>\n\n")
+            out.append_content(content_4)
         else:
-            out.append("<|im_start|>" + message["role"] + "\n" + content_4)
+            out.append("<|im_start|>" + message["role"] + "\n")
+            out.append_content(content_4)
         # L105: {% if %}
         if (
             message["tool_calls"]
@@ -217,11 +219,17 @@ class Qwen35Renderer(GeneratedRenderer):
                 if tool_call_index == 0:
                     # L111: {% if %}
                     if jinja.trim(content_4):
-                        out.append("\n\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                        out.append("\n\n<tool_call>\n<function=")
+                        out.append_content(tool_call["name"])
+                        out.append(">\n")
                     else:
-                        out.append("<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                        out.append("<tool_call>\n<function=")
+                        out.append_content(tool_call["name"])
+                        out.append(">\n")
                 else:
-                    out.append("\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
+                    out.append("\n<tool_call>\n<function=")
+                    out.append_content(tool_call["name"])
+                    out.append(">\n")
                 # L119: {% if %}
                 if jinja.defined(tool_call["arguments"]):
                     # L120: {% for %}
@@ -244,7 +252,9 @@ class Qwen35Renderer(GeneratedRenderer):
             messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
         )["role"] != "tool":
             out.append("<|im_start|>user")
-        out.append("\n<tool_response>\n" + str(content_4) + "\n</tool_response>")
+        out.append("\n<tool_response>\n")
+        out.append_content(str(content_4))
+        out.append("\n</tool_response>")
         # L138: {% if %}
         if (
             message_index != len(messages) - 1

@@ -51,36 +51,6 @@ class Qwen3CoderRenderer(GeneratedRenderer):
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         system_message = jinja.Undefined("system_message")
-
-        # L1: {% macro render_extra_keys %}
-        def macro_render_extra_keys(
-            json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
-        ):
-            parts_ = []
-            # L2: {% if %}
-            if jinja.is_mapping(json_dict):
-                # L3: {% for %}
-                filtered = [json_key for json_key in json_dict if json_key not in handled_keys]
-                for json_key in filtered:
-                    # L4: {% if %}
-                    if jinja.is_mapping(json_dict[json_key]) or (
-                        jinja.is_sequence(json_dict[json_key]) and (not isinstance(json_dict[json_key], str))
-                    ):
-                        parts_.append(
-                            "\n<"
-                            + str(json_key)
-                            + ">"
-                            + str(jinja.mark_safe(jinja.tojson(json_dict[json_key])))
-                            + "</"
-                            + str(json_key)
-                            + ">"
-                        )
-                    else:
-                        parts_.append(
-                            "\n<" + str(json_key) + ">" + str(json_dict[json_key]) + "</" + str(json_key) + ">"
-                        )
-            return "".join(parts_)
-
         # L13: {% if %}
         if messages[0]["role"] == "system":
             system_message = messages[0]["content"]
@@ -128,15 +98,13 @@ class Qwen3CoderRenderer(GeneratedRenderer):
                         # L50: {% if %}
                         if jinja.defined(param_fields["description"]):
                             out.append("\n<description>" + jinja.trim(param_fields["description"]) + "</description>")
-                        # Jinja scoping: this 'handled_keys' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'handled_keys_3'
-                        handled_keys_3 = ["name", "type", "description"]
-                        out.append(macro_render_extra_keys(param_fields, handled_keys_3) + "\n</parameter>")
-                # Jinja scoping: this 'handled_keys' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'handled_keys_2'
-                handled_keys_2 = ["type", "properties"]
-                out.append(macro_render_extra_keys(tool["parameters"], handled_keys_2) + "\n</parameters>")
-                # Jinja scoping: this 'handled_keys' is local to the enclosing loop or macro, so it is kept apart from the outer one as 'handled_keys_2'
-                handled_keys_2 = ["type", "name", "description", "parameters"]
-                out.append(macro_render_extra_keys(tool, handled_keys_2) + "\n</function>")
+                        # Jinja scoping: 'handled_keys' set here is local to this loop or macro, hence 'handled_keys_2'
+                        handled_keys_2 = ["name", "type", "description"]
+                        out.append(self.macro_render_extra_keys(param_fields, handled_keys_2) + "\n</parameter>")
+                handled_keys = ["type", "properties"]
+                out.append(self.macro_render_extra_keys(tool["parameters"], handled_keys) + "\n</parameters>")
+                handled_keys = ["type", "name", "description", "parameters"]
+                out.append(self.macro_render_extra_keys(tool, handled_keys) + "\n</function>")
             out.append(
                 "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
@@ -163,11 +131,40 @@ class Qwen3CoderRenderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, message, message_index, loop_messages)
             else:
-                out.append("<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n")
+                out.append("<|im_start|>" + message["role"] + "\n")
+                out.append_content(message["content"])
+                out.append("<|im_end|>\n")
         out.mark_scaffold()
         # L115: {% if %}
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
+
+    def macro_render_extra_keys(
+        self, json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
+    ):
+        """The template's macro render_extra_keys (lines 1-7)."""
+        parts_ = []
+        # L2: {% if %}
+        if jinja.is_mapping(json_dict):
+            # L3: {% for %}
+            filtered = [json_key for json_key in json_dict if json_key not in handled_keys]
+            for json_key in filtered:
+                # L4: {% if %}
+                if jinja.is_mapping(json_dict[json_key]) or (
+                    jinja.is_sequence(json_dict[json_key]) and (not isinstance(json_dict[json_key], str))
+                ):
+                    parts_.append(
+                        "\n<"
+                        + str(json_key)
+                        + ">"
+                        + str(jinja.mark_safe(jinja.tojson(json_dict[json_key])))
+                        + "</"
+                        + str(json_key)
+                        + ">"
+                    )
+                else:
+                    parts_.append("\n<" + str(json_key) + ">" + str(json_dict[json_key]) + "</" + str(json_key) + ">")
+        return "".join(parts_)
 
     def render_assistant(self, out, message):
         """The template's assistant branch of the message loop (lines 76-96)."""
@@ -178,13 +175,17 @@ class Qwen3CoderRenderer(GeneratedRenderer):
             and isinstance(message["content"], str)
             and (len(jinja.trim(message["content"])) > 0)
         ):
-            out.append("\n" + jinja.trim(message["content"]) + "\n")
+            out.append("\n")
+            out.append_content(jinja.trim(message["content"]))
+            out.append("\n")
         # L81: {% for %}
         for tool_call in message["tool_calls"]:
             # L82: {% if %}
             if jinja.defined(tool_call["function"]):
                 tool_call = tool_call["function"]
-            out.append("\n<tool_call>\n<function=" + tool_call["name"] + ">\n")
+            out.append("\n<tool_call>\n<function=")
+            out.append_content(tool_call["name"])
+            out.append(">\n")
             # L86: {% if %}
             if jinja.defined(tool_call["arguments"]):
                 # L87: {% for %}
@@ -202,7 +203,9 @@ class Qwen3CoderRenderer(GeneratedRenderer):
 
     def render_user_or_system_or_assistant(self, out, message):
         """The template's user / system / assistant branch of the message loop (lines 97-98)."""
-        out.append("<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n")
+        out.append("<|im_start|>" + message["role"] + "\n")
+        out.append_content(message["content"])
+        out.append("<|im_end|>\n")
 
     def render_tool(self, out, message, message_index, loop_messages):
         """The template's tool branch of the message loop (lines 99-109)."""

@@ -1025,6 +1025,21 @@ def test_statements_and_loop_attributes(source, xs):
     check(source, xs=xs)
 
 
+def test_top_level_macros_are_methods_and_closures_only_where_they_read_render_variables():
+    source = (
+        "{% macro item(x, sep=', ') %}{{ x }}{{ sep }}{% endmacro %}"
+        "{% macro items(xs) %}{% for x in xs %}{{ item(x) }}{% endfor %}{% endmacro %}"
+        "{% macro greet() %}{{ greeting }}{% endmacro %}"
+        "{{ items(xs) }}{{ greet() }}"
+    )
+    for xs in ([], [1, 2]):
+        check(source, xs=xs, greeting="hi")
+    code = code_of(source)
+    assert "    def macro_item(self, x=jinja.Undefined('x'), sep=', '):" in code.replace('"', "'")
+    assert "self.macro_items(xs)" in code and "self.macro_item(x)" in code
+    assert "        def macro_greet():" in code  # reads the knob `greeting`: a closure
+
+
 def test_raise_exception_is_a_raise_statement():
     source = "{% if x > 1 %}{{ raise_exception('too big: ' ~ x) }}{% endif %}ok"
     assert check(source, x=5) == ("error", "TemplateError", "too big: 5")
@@ -1087,3 +1102,30 @@ def test_corpus_templates_emit_deterministically(path):
     assert emit(source, {**SPECIAL, "pad_token": "<pad>", "unk_token": "<unk>"}) == first
     assert black.format_str(first, mode=BLACK_MODE) == first
     compile(first, path.name, "exec")
+
+
+# --- attribution: the translator marks message content ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}",
+        "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>' }}{% endfor %}",
+        "{% for m in messages %}{{ '<' ~ m.role ~ '>' ~ m.content|trim ~ '</' ~ m.role ~ '>' }}{% endfor %}",
+        "{% for m in messages %}{% set c = m.content.split('</think>')[-1] %}<{{ m.role }}>{{ c }}</{{ m.role }}>"
+        "{% endfor %}",
+    ],
+)
+def test_message_content_is_marked_where_the_template_writes_it(source):
+    messages = [{"role": "user", "content": "user"}, {"role": "assistant", "content": "user"}]
+    check(source, messages=messages)
+    out = renderer_class(source)()._render_output(messages, None, False)
+    text = out.text()
+    assert [text[start:end] for start, end in out.content_ranges()] == ["user", "user"]
+    assert [start for start, _ in out.content_ranges()] == [6, 28]  # after the headers, not inside them
+
+
+def test_a_plus_chain_with_content_raises_as_the_template_does_on_a_non_string():
+    source = "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>' }}{% endfor %}"
+    check(source, messages=[{"role": "user", "content": ["a list"]}])

@@ -153,9 +153,16 @@ def folded_pieces(pieces: list[ir.Piece]) -> list[ir.Piece]:
         piece.value = fold_literals(piece.value)
         if is_text(piece.value) and not piece.value.value:
             continue
-        if result and is_text(piece.value) and is_text(result[-1].value) and not piece.content and not result[-1].content:
-            result[-1] = ir.Piece(ir.const(result[-1].value.value + piece.value.value))
-            continue
+        if result and is_text(piece.value) and not piece.content and not result[-1].content:
+            previous = result[-1].value
+            if is_text(previous):
+                result[-1] = ir.Piece(ir.const(previous.value + piece.value.value))
+                continue
+            if isinstance(previous, ast.BinOp) and isinstance(previous.op, ast.Add) and is_text(previous.right):
+                # `x + "a"` then `"b"`: `x + "ab"` (string `+` is associative)
+                joined = ir.const(previous.right.value + piece.value.value)
+                result[-1] = ir.Piece(ast.BinOp(left=previous.left, op=ast.Add(), right=joined))
+                continue
         result.append(piece)
     return result
 

@@ -87,9 +87,10 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
         return lines
     if isinstance(statement, ir.For):
         lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
-        target = unparse(statement.target)
-        if target.startswith("(") and target.endswith(")"):
-            target = target[1:-1]
+        if isinstance(statement.target, ast.Tuple):  # `for i, (a, b) in ...`, not `for (i, (a, b)) in ...`
+            target = ", ".join(unparse(element) for element in statement.target.elts)
+        else:
+            target = unparse(statement.target)
         lines.append(f"{pad}for {target} in {unparse(statement.iter)}:")
         return lines + statement_lines(statement.body, depth + 1)
     if isinstance(statement, ir.Function):

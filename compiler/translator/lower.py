@@ -205,6 +205,9 @@ class Lowering:
         self.content_names: set[str] = set()  # template names some `set` binds to message content
         self.tool_call_names: set[str] = set()  # template names bound to a tool call
         self.known_strings: set[str] = set()  # template names an enclosing `is string` test checked
+        self.noted_renames: set[str] = set()  # renamed locals whose reason a comment already gave
+        self.hoisted: dict[str, str] = {}  # top-level macro -> the method it becomes
+        self.macro_names: set[str] = set()  # every macro the template defines
 
     # --- building -----------------------------------------------------------------
 
@@ -283,6 +286,7 @@ class Lowering:
 
     def find_content_names(self, template: nodes.Template) -> None:
         """Names a ``set`` binds to message content, and loop variables over tool calls."""
+        self.macro_names = {macro.name for macro in template.find_all(nodes.Macro)}
         while True:
             known = (set(self.content_names), set(self.tool_call_names))
             for assign in template.find_all(nodes.Assign):
@@ -328,6 +332,9 @@ class Lowering:
             return node.name in CONTENT_PRESERVING_FILTERS and node.node is not None and self.is_content_node(node.node)
         if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
             return node.node.attr in CONTENT_PRESERVING_METHODS and self.is_content_node(node.node.node)
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name in self.macro_names:
+            # a macro that renders a message's content (`render_content(message.content)`)
+            return bool(node.args) and self.is_content_node(node.args[0])
         return False
 
     def bind_template_names(self, template: nodes.Template) -> None:
@@ -340,7 +347,13 @@ class Lowering:
         """
         macros = {macro.name: macro_reads(macro) for macro in template.find_all(nodes.Macro)}
         body = template.body
+        self.hoisted = self.hoistable_macros(template, macros)
+        for macro_name in sorted(self.hoisted):
+            method = self.fresh_method_name(f"macro_{macro_name}")
+            self.hoisted[macro_name] = self.macros[macro_name] = method
         for node in body:
+            if isinstance(node, nodes.Macro) and node.name in self.hoisted:
+                continue
             if isinstance(node, nodes.Macro) and node.name not in self.macros and self.scope.lookup(node.name) is None:
                 function = self.fresh_name(f"macro_{node.name}")
                 self.macros[node.name] = self.scope.names[node.name] = function
@@ -358,6 +371,44 @@ class Lowering:
                 if early:
                     self.add(ir.Assign(store(local), undefined(template_name)))
 
+    def hoistable_macros(self, template: nodes.Template, macros: dict[str, Counter[str]]) -> dict[str, str]:
+        """Top-level macros that can be methods of the class rather than closures rebuilt every render:
+        defined once, never reassigned nor called before their definition, reading nothing of the
+        render's own variables (only their arguments, globals, special tokens and other such macros)."""
+        body = template.body
+        defined = Counter(node.name for node in template.find_all(nodes.Macro))
+        assigned = set()
+        for node in template.find_all((nodes.Assign, nodes.AssignBlock, nodes.For)):
+            assigned |= target_names(node.target)
+        allowed = set(GLOBAL_FUNCTIONS) | set(self.names.special_tokens) | {"caller", "varargs", "kwargs", "loop"}
+        allowed |= {"true", "false", "none", "True", "False", "None"}
+        candidates = {
+            node.name
+            for node in body
+            if isinstance(node, nodes.Macro)
+            and defined[node.name] == 1
+            and node.name not in assigned
+            and node.name not in self.names.knobs
+            and not may_read_before_assignment(body, node.name)
+            and not macro_called_before_set(body, node.name, macros)
+        }
+        own_locals = {}
+        for node in body:
+            if isinstance(node, nodes.Macro) and node.name in candidates:
+                inner = set()
+                for child in node.find_all((nodes.Assign, nodes.AssignBlock, nodes.For)):
+                    inner |= target_names(child.target)
+                own_locals[node.name] = {local for local in inner if not may_read_before_assignment(node.body, local)}
+        while True:  # a macro calling a macro that cannot be hoisted cannot be hoisted either
+            keep = {
+                name_
+                for name_ in candidates
+                if set(+macros[name_]) - own_locals[name_] <= allowed | candidates
+            }
+            if keep == candidates:
+                return dict.fromkeys(sorted(keep), "")
+            candidates = keep
+
     def block(self, body: list[nodes.Node]) -> None:
         for node in body:
             self.statement(node)
@@ -373,8 +424,8 @@ class Lowering:
     def stmt_Output(self, node: nodes.Output) -> None:
         children = [child for child in node.nodes if not (isinstance(child, nodes.TemplateData) and not child.data)]
         pieces: list[Piece] = []
-        children = [operand for child in children for operand in self.output_operands(child)]
-        for child in children:
+        operands = [operand for child in children for operand in self.output_operands(child)]
+        for child, raw in operands:
             if isinstance(child, nodes.TemplateData):
                 pieces.append(Piece(const(child.data)))
                 continue
@@ -386,26 +437,40 @@ class Lowering:
                 continue
             value = self.expr(child)
             # A lone string piece needs no str() even when it may be a Markup: there is nothing to escape.
-            lone = len(children) == 1 and value.is_str
-            piece = value.node if lone else value.as_str()
+            lone = len(operands) == 1 and value.is_str
+            piece = value.node if lone or raw else value.as_str()
             content = self.output == "out" and self.marking_messages and self.is_content_node(child)
             pieces.append(Piece(piece, content=content))
         if pieces:
             self.add(ir.Append(self.output, pieces))
 
-    def output_operands(self, node: nodes.Node) -> list[nodes.Node]:
-        """``{{ a ~ b }}`` as the pieces it concatenates, so that a piece of message content is
-        appended (and attributed) on its own. With ``| safe`` in the template a Markup operand
-        would escape the others, so the chain stays whole.
+    def output_operands(self, node: nodes.Node) -> list[tuple[nodes.Node, bool]]:
+        """The pieces an output expression concatenates, so that message content is appended (and
+        attributed) on its own; ``True`` marks an operand of ``+`` (not converted to a string).
 
-        A ``+`` chain stays whole too: its operands are not converted to strings, so a non-string
-        operand raises there, and splitting it would move that error (its content is then not
-        attributed; see the report of issue 9).
+        ``{{ a ~ b }}`` converts every operand, so its pieces in a row are the same text.
+        ``{{ 'a' + b + c }}`` starting with a literal concatenates strings: appending its operands
+        in a row gives the same text, and ``append_content`` raises as ``+`` would on a non-string;
+        it is split only where message content is an operand and no other operand would start a
+        new ``+`` after it. A chain with an operand that may be a Markup (``| safe``) stays whole:
+        the Markup escapes the other operands.
         """
-        if isinstance(node, nodes.Concat) and not self.markup_possible:
-            return [nodes.Filter(child, "string", [], [], None, None, lineno=child.lineno)
-                    if not isinstance(child, (nodes.Const, nodes.TemplateData)) else child for child in node.nodes]
-        return [node]
+        if isinstance(node, nodes.Concat):
+            if self.markup_possible and any(self.markup_node(child) for child in node.nodes):
+                return [(node, False)]
+            return [(child, False) for child in node.nodes]
+        if isinstance(node, nodes.Add):
+            operands = add_operands(node)
+            if self.markup_possible and any(self.markup_node(operand) for operand in operands):
+                return [(node, False)]
+            starts_with_text = isinstance(operands[0], nodes.Const) and isinstance(operands[0].value, str)
+            content = [self.is_content_node(operand) for operand in operands]
+            if starts_with_text and any(content):
+                # after a content piece the next plain operand starts its own `+`: it must be text
+                followers = [operands[i + 1] for i in range(len(operands) - 1) if content[i] and not content[i + 1]]
+                if all(isinstance(f, nodes.Const) and isinstance(f.value, str) for f in followers):
+                    return [(operand, True) for operand in operands]
+        return [(node, False)]
 
     def raise_statement(self, node: nodes.Call) -> None:
         """``{{ raise_exception(message) }}``: the template refuses the input, with ``message``."""
@@ -461,10 +526,10 @@ class Lowering:
             return None
         if python_target.id.rstrip("_") == target.name:
             return None  # only a Python keyword or builtin avoided
-        return (
-            f"Jinja scoping: this {target.name!r} is local to the enclosing loop or macro, "
-            f"so it is kept apart from the outer one as {python_target.id!r}"
-        )
+        if python_target.id in self.noted_renames:
+            return None
+        self.noted_renames.add(python_target.id)
+        return f"Jinja scoping: {target.name!r} set here is local to this loop or macro, hence {python_target.id!r}"
 
     def stmt_AssignBlock(self, node: nodes.AssignBlock) -> None:
         if not isinstance(node.target, nodes.Name):
@@ -642,11 +707,34 @@ class Lowering:
 
     def bound_locals(self) -> set[str]:
         """Python names render_template binds besides template names (inputs, knobs, loop helpers)."""
-        return set(TEMPLATE_INPUTS) | set(self.names.knobs.values()) | set(self.macros.values())
+        closures = {local for macro, local in self.macros.items() if macro not in self.hoisted}
+        return set(TEMPLATE_INPUTS) | set(self.names.knobs.values()) | closures
 
     # --- macros, call blocks, filter blocks ---------------------------------------------
 
     def stmt_Macro(self, node: nodes.Macro) -> None:
+        if node.name in self.hoisted and self.scope.parent is None:
+            method = self.hoisted[node.name]
+            # a method has its own namespace: only module constants (special tokens) are visible
+            saved_scope, saved_used = self.scope, self.used_names
+            self.scope = Scope(names=dict(self.names.special_tokens))
+            self.used_names = set(RESERVED_NAMES) | set(self.names.special_tokens.values())
+            try:
+                function = self.function(node, method, "")
+            finally:
+                self.scope, self.used_names = saved_scope, saved_used
+            end_line = max(n.lineno for n in node.find_all(nodes.Node) if n.lineno) if node.body else node.lineno
+            self.methods.append(
+                ir.Method(
+                    method,
+                    function.parameters,
+                    function.body,
+                    f"The template's macro {node.name} (lines {node.lineno}-{end_line}).",
+                    varargs=function.varargs,
+                    kwargs=function.kwargs,
+                )
+            )
+            return
         reserved = self.macros.get(node.name)  # by bind_template_names
         if reserved and self.scope.names.get(node.name) == reserved:
             function = reserved
@@ -912,6 +1000,8 @@ class Lowering:
         local = self.scope.lookup(template_name)
         if local is not None:
             return Resolved(name(local), "local")
+        if template_name in self.hoisted:
+            return Resolved(attribute(name("self"), self.hoisted[template_name]), "local")
         if template_name in GLOBAL_FUNCTIONS:
             return Resolved(ir.dotted(GLOBAL_FUNCTIONS[template_name]), "global")
         literals = {"true": True, "false": False, "none": None, "True": True, "False": False, "None": None}
@@ -1222,6 +1312,13 @@ def is_pure_test(node: nodes.Node) -> bool:
     if isinstance(node, nodes.Test):
         return node.name in ("defined", "undefined", "none") and not node.args and is_pure_test(node.node)
     return False
+
+
+def add_operands(node: nodes.Node) -> list[nodes.Node]:
+    """``a + b + c`` -> ``[a, b, c]``."""
+    if isinstance(node, nodes.Add):
+        return add_operands(node.left) + add_operands(node.right)
+    return [node]
 
 
 def bool_op(operator: type, left: ast.expr, right: ast.expr) -> ast.BoolOp:
