@@ -129,7 +129,7 @@ class Prober:
             # the longest common prefix instead.
             if prompt is None or full is None:
                 return None
-            common = common_prefix(prompt, full)
+            common = back_to_boundary(common_prefix(prompt, full))
             return full[len(common) :]
         return full[len(prompt) :]
 
@@ -149,6 +149,8 @@ class Prober:
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
         last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
+        lead = completion[: completion.index(CONTENT)]
+        content_lead = lead if lead and not lead.strip() else ""
         between = self.text_before_last_message(
             [USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}], CONTENT
         )
@@ -163,7 +165,7 @@ class Prober:
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_tokens = tuple(stops)
-        return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops))
+        return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops), content_lead=content_lead)
 
     def split_close(self, text: str) -> tuple[str, str]:
         """``text`` (what follows a turn's content) as (close, after_close): the close runs through
@@ -260,6 +262,7 @@ class Prober:
             and close_and_after.endswith(content_start)
             and content_start.strip()
             and open_marker not in content_start
+            and close_and_after[: -len(content_start)].strip()  # else the plain answer's lead is the close itself
         ):
             close_marker_and_space = close_and_after[: -len(content_start)]
         else:
@@ -357,16 +360,23 @@ class Prober:
         parameter_value = single[key_a + len(KEY_A) : value_a]
         value_to_key = single[value_a + len(VALUE_A) : key_b]
         # name_end + parameter_start == name_to_key; parameter_end + parameter_start == value_to_key.
-        # Several splits can fit; the natural one starts the parameter tag after the whitespace.
+        # Several splits can fit; the natural one starts the parameter tag after whitespace, and the
+        # parameter's end must also follow the last value (`name="` inside `<parameter name="` is no tag).
         shared = common_suffix(name_to_key, value_to_key)
         splits = range(len(name_to_key) - len(shared), len(name_to_key))
         natural = [i for i in splits if i > 0 and name_to_key[i - 1].isspace() and not name_to_key[i].isspace()]
-        split = natural[-1] if natural else splits[0] if splits else len(name_to_key)
+        after_last_value = single[value_b + len(VALUE_B) :]
+        consistent = [
+            split
+            for split in [*natural[::-1], *splits]
+            if value_to_key[: len(value_to_key) - (len(name_to_key) - split)]
+            and after_last_value.startswith(value_to_key[: len(value_to_key) - (len(name_to_key) - split)])
+        ]
+        if not consistent:
+            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
+        split = consistent[0]
         name_end, parameter_start = name_to_key[:split], name_to_key[split:]
         parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
-        after_last_value = single[value_b + len(VALUE_B) :]
-        if not parameter_start or not after_last_value.startswith(parameter_end):
-            raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         after_single = after_last_value[len(parameter_end) :]
         after_first_in_double = None
         if double is not None and VALUE_A in double:
@@ -393,14 +403,17 @@ class Prober:
         what also precedes the second name.
         """
         lead = self.plain_lead()
-        block_and_start = before_name[len(common_prefix(lead, before_name)) :]
+        shared = common_prefix(lead, before_name)
+        if shared != lead:
+            shared = back_to_boundary(shared)
+        block_and_start = before_name[len(shared) :]
         call_end = strip_closing(after_single, self.close_candidates())
         if after_first_in_double is not None:
-            call_end = common_prefix(call_end, after_first_in_double)
+            call_end = without_open_tag_at_end(common_prefix(call_end, after_first_in_double))
         if double is None:
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
-        call_start = common_suffix(block_and_start, between)
+        call_start = without_closed_tag_at_start(common_suffix(block_and_start, between))
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = ""
         if CONTENT in double:
@@ -482,6 +495,27 @@ def split_trailing_space(text: str) -> tuple[str, str]:
 def split_leading_space(text: str) -> tuple[str, str]:
     stripped = text.lstrip()
     return text[: len(text) - len(stripped)], stripped
+
+
+def back_to_boundary(shared: str) -> str:
+    """A common prefix of two texts cut back to the end of a whole piece (after a ``>`` or a
+    newline): ``<t``, shared by ``<think>`` and ``<tool_call>``, belongs to neither."""
+    return shared[: max(shared.rfind(">"), shared.rfind("\n")) + 1]
+
+
+def without_open_tag_at_end(text: str) -> str:
+    """``text`` without a trailing tag fragment that is opened but not closed (``</invoke>\n<``):
+    a common prefix of two renders can stop inside the next tag."""
+    opened = text.rfind("<")
+    return text[:opened] if opened > text.rfind(">") else text
+
+
+def without_closed_tag_at_start(text: str) -> str:
+    """``text`` without a leading fragment that closes a tag it does not open (``>\n<invoke``):
+    a common suffix of two renders can start inside the previous tag."""
+    closed = text.find(">")
+    opened = text.find("<")
+    return text[closed + 1 :] if closed >= 0 and (opened < 0 or closed < opened) else text
 
 
 def first_added_token(text: str, added_tokens: frozenset[str]) -> str | None:

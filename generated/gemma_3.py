@@ -21,8 +21,8 @@ class Gemma3Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): none.
     Tool-call arguments: the template consumes dicts or JSON strings, rendered as given.
 
-    Assistant turns end with '<end_of_turn>' (stop tokens: <end_of_turn>);
-    the template then writes '' before the next message.
+    Assistant turns end with '<end_of_turn>' (stops: '<end_of_turn>');
+    the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<start_of_turn>model\n'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Note: the template does not render tool calls of OpenAI-format messages.
@@ -35,7 +35,7 @@ class Gemma3Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
     ROLES = ()
     TOOL_ARGUMENTS = "either"
-    TURN = TurnFormat(close="<end_of_turn>", stop_tokens=("<end_of_turn>",))
+    TURN = TurnFormat(close="<end_of_turn>", after_close="\n", stop_tokens=("<end_of_turn>",))
     REASONING = None
     TOOL_CALLS = None
     PREFIX_STABLE = True

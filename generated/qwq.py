@@ -22,7 +22,7 @@ class QwqRenderer(GeneratedRenderer):
     Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<|im_start|>assistant\n<think>\n'.
-    Tool calls (json): 'ool_call>\n{"name": "' NAME '", "arguments": ' ARGUMENTS '}\n</tool_call>'.
+    Tool calls (json): '<tool_call>\n{"name": "' NAME '", "arguments": ' ARGUMENTS '}\n</tool_call>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
@@ -39,10 +39,10 @@ class QwqRenderer(GeneratedRenderer):
     REASONING = None
     TOOL_CALLS = ToolCallFormat(
         style="json",
-        call_start='ool_call>\n{"name": "',
+        call_start='<tool_call>\n{"name": "',
         name_end='", "arguments": ',
         call_end="}\n</tool_call>",
-        content_separator="\n<t",
+        content_separator="\n",
     )
     PREFIX_STABLE = False
     DEFAULT_THINKING_RETENTION = "template"

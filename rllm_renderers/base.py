@@ -380,11 +380,18 @@ class GeneratedRenderer(ABC):
         text = self.decode(ids)
         text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
         stop = text_stop or stop
-        if self.TURN is not None and stop and self.TURN.close.endswith(stop):
-            lead = self.TURN.close[: len(self.TURN.close) - len(stop)]
+        if self.TURN is not None and stop:
+            # the close's text before its stop (``\n`` of ``\n</assistant>``), or, when the next
+            # header ended the turn, what the template writes before that header, is not content
+            turn = self.TURN
+            lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
+            lead = lead if turn.close else turn.after_close
             text = text[: len(text) - len(lead)] if lead and text.endswith(lead) else text
         if self.UNLEARNED:
             return ParsedResponse(content=text, reasoning_complete=None, status="unlearned")
+        lead = self.TURN.content_lead
+        skipped = len(lead) if lead and text.startswith(lead) else 0
+        text = text[skipped:]
         prompt_tail = self.decode(list(prompt_ids)[-64:]) if prompt_ids else self.generation_prompt()
         parsed = parse_text(
             text,
@@ -393,7 +400,7 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
         )
-        return to_parsed_response(parsed, lambda start, stop: self._token_span(ids, start, stop))
+        return to_parsed_response(parsed, lambda start, stop: self._token_span(ids, start + skipped, stop + skipped))
 
     def _reasoning_prefilled(self, prompt_tail: str) -> bool:
         """Whether the prompt ends inside an open reasoning block (a prefilled ``<think>``)."""

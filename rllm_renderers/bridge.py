@@ -146,6 +146,9 @@ def bridge_turn(
     # a turn ended by the next message's header: that header is already in the completion
     header = header_stop(renderer, completion_text)
     completion_text = completion_text[: len(completion_text) - len(header)]
+    # what the template writes after the turn, unless the model already wrote it before the header
+    after_close = renderer.TURN.after_close
+    owed = "" if header and after_close and completion_text.endswith(after_close) else after_close
     generation_prompt = renderer.generation_prompt()
     suffixes: set[str] = set()
     faithful = True
@@ -160,10 +163,10 @@ def bridge_turn(
         if new_start is None or turn_start is None:
             return None
         turn_text = after[turn_start:new_start]
-        expected_turn = generation_prompt + completion_text + renderer.TURN.after_close
+        expected_turn = generation_prompt + completion_text + owed
         if not after.startswith(before) or turn_text != expected_turn:
             faithful = False
-        suffixes.add(renderer.TURN.after_close + after[new_start:])
+        suffixes.add(owed + after[new_start:])
     if len(suffixes) != 1:
         return None  # rejected everywhere, or rendering the new messages depends on earlier history
     if not faithful and renderer.thinking_retention == "template":

@@ -178,3 +178,57 @@ def test_unlearnable_turn_facts_degrade_instead_of_refusing(tmp_path, caplog):
         assert renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None
     logged = [record for record in caplog.records if "always returns None" in record.getMessage()]
     assert len(logged) == 1 and "does not render a plain assistant message" in logged[0].getMessage()
+
+
+# More styles, each checked by the same generic round trip (no expectations written per style).
+STYLES = {
+    "alpaca-no-markers": (
+        "{% for m in messages %}{% if m.role == 'user' %}### Instruction:\n{{ m.content }}\n\n"
+        "{% elif m.role == 'assistant' %}### Response:\n{{ m.content }}\n\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}### Response:\n{% endif %}"
+    ),
+    "vicuna-eos": (
+        "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}USER: {{ m.content }} "
+        "{% elif m.role == 'assistant' %}ASSISTANT: {{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+    ),
+    "sep-after-blank-line": (
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n\n<sep>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    ),
+    "zephyr-eos-in-expression": (
+        "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + eos_token }}"
+        "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\n' + message['content'] + eos_token }}{% endif %}"
+        "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}"
+    ),
+    "llama2-space-before-eos": (
+        "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + message['content'].strip() + ' [/INST]' }}"
+        "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+    ),
+    "plain-text-close": PLAIN_TEXT_CLOSE,
+    "bracket-marker-close": BRACKET_CLOSE,
+    "header-ends-turn": HEADER_ENDS_TURN,
+}
+
+
+@pytest.mark.parametrize("name", list(STYLES))
+def test_every_style_parses_its_own_turn_back_and_bridges_without_a_miss(tmp_path, name):
+    renderer_class, compiled = compile_inline(tmp_path, name.replace("-", "_"), STYLES[name])
+    assert renderer_class.TURN is not None and not renderer_class.UNLEARNED
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": "Fine, thanks."}
+    prompt_text = renderer.render_text([USER], add_generation_prompt=True)
+    sampled_text = renderer.render_text([USER, answer, NEXT_USER])[len(prompt_text) :]
+    # (a generation prompt may stop short of the separator before the content: zephyr's "\n")
+    assert sampled_text.lstrip().startswith(answer["content"])
+    stops = [(sampled_text.find(stop), stop) for stop in renderer.get_stop_strings() if stop in sampled_text]
+    assert stops, "the model must be able to stop: a stop string follows the content"
+    at, stop = min(stops)
+    completion = renderer.encoder.encode(sampled_text[: at + len(stop)])
+    parsed = renderer.parse_response(completion)
+    assert (parsed.content.lstrip(), parsed.status) == (answer["content"], "ok")
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    full = renderer.render_ids([USER, answer, NEXT_USER], add_generation_prompt=True)
+    if full[: len(prompt) + len(completion)] == prompt + completion:  # an exact extension exists
+        bridged = renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER])
+        assert bridged is not None and bridged.token_ids == full
