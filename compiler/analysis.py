@@ -96,22 +96,29 @@ UNKNOWN_ROLE_PROBE = [
 ]
 
 
-def render_probe(oracle, messages: list[dict]) -> str:
-    """The oracle's text for a probe conversation: without tools, or, for a template that
-    cannot render without a tool list (Hermes-3 and Phi-4 iterate ``tools`` unguarded), with an
-    empty one. Raises the first OracleRejected when neither renders."""
+#: Uniform knob values tried when a probe conversation does not render with the knobs unset
+#: (firefunction-v2 concatenates its ``functions`` and ``datetime`` knobs unguarded).
+PROBE_KNOB_VALUES = ("custom value", True, False)
+
+
+def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> str:
+    """The oracle's text for a probe conversation, in the first setting it renders in: no tools,
+    then an empty tool list (Hermes-3 and Phi-4 iterate ``tools`` unguarded); knobs unset, then all
+    set to one of PROBE_KNOB_VALUES. Raises the first OracleRejected when none renders."""
     from .oracle import OracleRejected
 
-    try:
-        return oracle.render_text(messages)
-    except OracleRejected as first:
-        try:
-            return oracle.render_text(messages, tools=[])
-        except OracleRejected:
-            raise first from None
+    knob_settings = [{}] + [{knob: value for knob in knobs} for value in PROBE_KNOB_VALUES if knobs]
+    first = None
+    for knob_values in knob_settings:
+        for tools in (None, []):
+            try:
+                return oracle.render_text(messages, tools=tools, knobs=knob_values)
+            except OracleRejected as exc:
+                first = first or exc
+    raise first
 
 
-def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
+def accepted_roles(oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
     message, else the roles the template compares with, plus the standard roles whose messages it
     renders without naming them as constants (``message.role == user_token`` after
@@ -121,12 +128,12 @@ def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
     from .oracle import OracleRejected
 
     try:
-        text = render_probe(oracle, UNKNOWN_ROLE_PROBE)
+        text = render_probe(oracle, UNKNOWN_ROLE_PROBE, knobs)
     except OracleRejected:
         text = ""
     if "zzq7content" in text:
         return ()
-    rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role)}
+    rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role, knobs)}
     return tuple(sorted(set(compared) | rendered))
 
 
@@ -135,7 +142,7 @@ _PROBE_USER = {"role": "user", "content": "Hello."}
 _PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 
 
-def renders_role(oracle, role: str) -> bool:
+def renders_role(oracle, role: str, knobs: tuple[str, ...] = ()) -> bool:
     """Whether some short conversation ending in a ``role`` message shows that message's content."""
     from .oracle import OracleRejected
 
@@ -148,7 +155,7 @@ def renders_role(oracle, role: str) -> bool:
     )
     for context in contexts:
         try:
-            if "zzq7content" in render_probe(oracle, [*context, message]):
+            if "zzq7content" in render_probe(oracle, [*context, message], knobs):
                 return True
         except OracleRejected:
             continue
@@ -205,7 +212,7 @@ def special_tokens_read(ast: nodes.Template) -> tuple[str, ...]:
 PROBE_ARGUMENTS = {"city": "Paris", "days": 3}
 
 
-def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
+def probe_tool_arguments(oracle, roles: tuple[str, ...], knobs: tuple[str, ...] = ()) -> str:
     """Which form of tool-call arguments the template renders faithfully.
 
     Renders one tool call with dict arguments and one with the same arguments as
@@ -226,7 +233,7 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
                 {"role": "assistant", "content": content, "tool_calls": [call]},
             ]
             try:
-                text = render_probe(oracle, messages)
+                text = render_probe(oracle, messages, knobs)
             except OracleRejected:
                 continue
             if "get_weather" in text:
@@ -273,7 +280,7 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
     """
     ast = parse_template(source, name)
     knobs, special, runtime = split_free_variables(ast, special_tokens, name)
-    roles = accepted_roles(oracle, compared_roles(ast))
+    roles = accepted_roles(oracle, compared_roles(ast), knobs)
     return TemplateFacts(
         name=name,
         source=source,
@@ -282,7 +289,7 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
         knobs=knobs,
         special_tokens=special,
         roles=roles,
-        tool_arguments=probe_tool_arguments(oracle, roles),
+        tool_arguments=probe_tool_arguments(oracle, roles, knobs),
         runtime_special_tokens=runtime,
         undefined_names=undefined_names(ast),
     )
