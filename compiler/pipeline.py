@@ -95,7 +95,7 @@ def added_token_strings(tokenizer: Any, facts: TemplateFacts, placeholders: dict
 def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
     tokenizer, facts, placeholders = prepared.tokenizer, prepared.facts, prepared.placeholders
-    renderer = renderer_class(tokenizer, special_tokens=placeholders)
+    renderer = renderer_class(tokenizer, special_tokens=placeholders, **dict(features.base_knobs))
     eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     turn = probe(renderer, added_token_strings(tokenizer, facts, placeholders), eos)

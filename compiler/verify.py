@@ -71,13 +71,15 @@ def features_for(
     roles = tuple(role for role in DEFAULT_ROLES if role in named) or DEFAULT_ROLES
     roles = tuple(dict.fromkeys(roles + ("user", "assistant")))
     arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
+    candidates = {knob: knob_candidates.get(knob, (True, False)) for knob in renderer_class.KNOBS}
+    base = base_knob_values(renderer_class, candidates)
     knobs = tuple(
-        (knob, accepted_knob_values(renderer_class, knob, knob_candidates.get(knob, (True, False))))
-        for knob in renderer_class.KNOBS
+        (knob, accepted_knob_values(renderer_class, knob, candidates[knob], base)) for knob in renderer_class.KNOBS
     )
     return ConversationFeatures(
         roles=roles,
         knobs=knobs,
+        base_knobs=tuple(base.items()),
         arguments_form=arguments_form,
         tool_calls="tool" in roles,
         max_tool_calls=max_tool_calls(renderer_class),
@@ -87,16 +89,32 @@ def features_for(
 PROBE_CONVERSATION = [{"role": "user", "content": "Hello."}]
 
 
-def accepted_knob_values(renderer_class: type, knob: str, candidates: tuple) -> tuple:
-    """The candidate values with which the template renders a plain conversation."""
-    accepted = []
-    for value in candidates:
-        try:
-            renderer_class(None, **{knob: value}).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
-        except ValueError:
-            continue
-        accepted.append(value)
-    return tuple(accepted) or candidates[:1]
+def renders_plainly(renderer_class: type, knobs: dict) -> bool:
+    try:
+        renderer_class(None, **knobs).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
+    except ValueError:
+        return False
+    return True
+
+
+def base_knob_values(renderer_class: type, candidates: dict[str, tuple]) -> dict:
+    """Knob values every case starts from: none when the template renders a plain conversation
+    with its knobs unset; else the first choice, taking the i-th candidate of every knob, that
+    renders it (firefunction-v2 needs both `functions` and `datetime` to be strings)."""
+    if not candidates or renders_plainly(renderer_class, {}):
+        return {}
+    for position in range(max(len(values) for values in candidates.values())):
+        choice = {knob: values[min(position, len(values) - 1)] for knob, values in candidates.items() if values}
+        if renders_plainly(renderer_class, choice):
+            return choice
+    return {}
+
+
+def accepted_knob_values(renderer_class: type, knob: str, candidates: tuple, base: dict | None = None) -> tuple:
+    """The candidate values with which the template renders a plain conversation (the other
+    knobs at their ``base`` values)."""
+    accepted = tuple(value for value in candidates if renders_plainly(renderer_class, {**(base or {}), knob: value}))
+    return accepted or candidates[:1]
 
 
 def max_tool_calls(renderer_class: type) -> int:

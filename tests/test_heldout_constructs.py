@@ -117,10 +117,10 @@ def test_roles_compared_through_variables_are_accepted(tmp_path):
     assert compiled.facts.roles == ("assistant", "system", "user")
 
 
-# firefunction-v2 style: a knob concatenated unguarded (the template fails unless it is given),
-# and roles checked through a list held in a variable.
+# firefunction-v2 style: two knobs concatenated unguarded (the template renders nothing unless
+# both are strings), and roles checked through a list held in a variable.
 NEEDS_A_KNOB = (
-    "{% set known_roles = ['system', 'user', 'assistant'] %}{% set suffix = '\\nFunctions: ' + functions %}"
+    "{% set known_roles = ['system', 'user', 'assistant'] %}{% set suffix = '\\nFunctions: ' + functions + '\\nToday: ' + today %}"
     "{% for m in messages %}{% if m.role not in known_roles %}{{ raise_exception('bad role') }}{% endif %}"
     "{% if loop.first and m.role == 'system' %}<s>{{ m.content + suffix }}</s>"
     "{% else %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endif %}{% endfor %}"
@@ -130,5 +130,6 @@ NEEDS_A_KNOB = (
 
 def test_roles_are_probed_with_knob_values_when_the_template_needs_them(tmp_path):
     _, compiled = compile_inline(tmp_path, "needs_a_knob", NEEDS_A_KNOB)
-    assert compiled.facts.knobs == ("functions",)
+    assert compiled.facts.knobs == ("functions", "today")
     assert compiled.facts.roles == ("assistant", "system", "user")
+    assert compiled.turn is not None and compiled.turn.warning() is None
