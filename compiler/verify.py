@@ -247,7 +247,12 @@ def verify(
     except AssertionError:
         # hypothesis replays the shrunk example last, so the last failure is the smallest.
         checker.report.failure = failures[-1]
-    return checker.report
+    report = checker.report
+    if report.failure is None and report.text_checked and report.rejected_alike == report.text_checked:
+        # every conversation was refused by both sides: agreement on refusals proves no rendering
+        reason = f"the template rendered none of the {report.text_checked} conversations tried, so nothing was verified"
+        report.failure = Failure(Case(list(PROBE_CONVERSATION), add_generation_prompt=True), reason)
+    return report
 
 
 def text_diff(expected: str, actual: str) -> str:

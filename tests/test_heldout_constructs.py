@@ -133,3 +133,14 @@ def test_roles_are_probed_with_knob_values_when_the_template_needs_them(tmp_path
     assert compiled.facts.knobs == ("functions", "today")
     assert compiled.facts.roles == ("assistant", "system", "user")
     assert compiled.turn is not None and compiled.turn.warning() is None
+
+
+def test_a_template_that_renders_nothing_is_not_verified(tmp_path):
+    """Agreeing that every conversation is refused proves nothing about rendering."""
+    path = tmp_path / "refuses_all.jinja"
+    path.write_text("{{ raise_exception('this template renders nothing') }}", encoding="utf-8")
+    compiled = compile_source(resolve_source("test/refuses_all", template=path, allow_hub=False), ladder_dir=None)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    report = verify_compiled(renderer_class, compiled, cases=10, seed=0)
+    assert not report.ok
+    assert "rendered none of the" in report.failure.reason
