@@ -42,44 +42,8 @@ COMPARE_OPERATORS = {
 
 INVERTED_COMPARE = {"eq": "ne", "ne": "eq", "in": "notin", "notin": "in"}
 
-# Globals of transformers' chat-template environment, and their Python spelling.
-GLOBAL_FUNCTIONS = {
-    "raise_exception": "jinja.raise_exception",
-    "strftime_now": "jinja.strftime_now",
-    "namespace": "jinja.Namespace",
-    "range": "range",
-    "dict": "dict",
-}
-
-# Filters whose result is always a str (so ``~`` and output need no ``str()``).
-STRING_FILTERS = {
-    "tojson",
-    "trim",
-    "string",
-    "upper",
-    "lower",
-    "capitalize",
-    "title",
-    "join",
-    "replace",
-    "safe",
-    "center",
-    "indent",
-    "format",
-    "truncate",
-    "wordwrap",
-    "striptags",
-    "urlize",
-    "xmlattr",
-    "filesizeformat",
-    "urlencode",
-    "escape",
-    "e",
-    "forceescape",
-}
-
-# Filters that keep a Markup a Markup (Jinja's ``soft_str``).
-SOFT_STR_FILTERS = {"trim", "upper", "lower", "capitalize"}
+# Globals of transformers' chat-template environment: ``name`` -> ``jinja.<helper>``.
+GLOBAL_FUNCTIONS = {name_: f"jinja.{helper.__name__}" for name_, helper in template_runtime.GLOBALS.items()}
 
 DICT_METHODS = {attr for attr in dir(dict) if not attr.startswith("_")}
 
@@ -159,6 +123,8 @@ class ExpressionLowering:
             return Resolved(attribute(name("self"), self.hoisted[template_name]), "local")
         if template_name in GLOBAL_FUNCTIONS:
             return Resolved(ir.dotted(GLOBAL_FUNCTIONS[template_name]), "global")
+        if template_name in template_runtime.REFUSED_GLOBALS:
+            raise self.error(node, f"cannot translate `{template_name}`: {template_runtime.REFUSED_GLOBALS[template_name]}")
         literals = {"true": True, "false": False, "none": None, "True": True, "False": False, "None": None}
         if template_name in literals:
             return Resolved(const(literals[template_name]), "literal")
@@ -372,45 +338,34 @@ class ExpressionLowering:
         keywords = [ast.keyword(arg=kw.key, value=self.expr(kw.value).node) for kw in node.kwargs]
         filter_name = node.name
         plain = not arguments and not keywords
-        if filter_name in ("length", "count") and plain:
+        if filter_name in ("length", "count") and plain and not self.is_computed(node.node):
+            # template data (an input list, dict or string, or Undefined) has a length: `len()` is exact
             return PyExpr(call("len", value.node))
         if filter_name == "string" and plain:
             if value.markup:  # Jinja's soft_str keeps a Markup
                 return PyExpr(call("jinja.soft_str", value.node), is_str=True, markup=True)
             return PyExpr(value.as_str(), is_str=True)
-        if filter_name in ("list", "abs") and plain:
-            return PyExpr(call(filter_name, value.node))
-        if filter_name == "safe":
-            return PyExpr(call("jinja.mark_safe", value.node), is_str=True, markup=True)
-        if filter_name == "map":
-            return self.map_filter(node, value, arguments, keywords)
+        if filter_name in template_runtime.REFUSED_FILTERS:
+            raise self.error(node, f"cannot translate the filter `{filter_name}`: {template_runtime.REFUSED_FILTERS[filter_name]}")
         helper = template_runtime.FILTERS.get(filter_name)
         if helper is None:
             raise self.error(node, f"cannot translate the filter `{filter_name}`")
+        markup = filter_name in template_runtime.MARKUP_FILTERS or (
+            filter_name in template_runtime.MARKUP_KEEPING_FILTERS and value.markup
+        )
         return PyExpr(
             ast.Call(func=jinja(helper.__name__), args=[value.node, *arguments], keywords=keywords),
-            is_str=filter_name in STRING_FILTERS,
-            markup=filter_name in SOFT_STR_FILTERS and value.markup,
+            is_str=filter_name in template_runtime.STR_FILTERS,
+            markup=markup,
         )
-
-    def map_filter(self, node: nodes.Filter, value: PyExpr, arguments: list, keywords: list) -> PyExpr:
-        by_keyword = {kw.arg: kw.value for kw in keywords}
-        if "attribute" in by_keyword and not arguments and set(by_keyword) <= {"attribute", "default"}:
-            extra = {"default": by_keyword["default"]} if "default" in by_keyword else {}
-            return PyExpr(call("jinja.map_attribute", value.node, by_keyword["attribute"], **extra))
-        if arguments and not keywords and isinstance(node.args[0], nodes.Const):
-            helper = template_runtime.FILTERS.get(node.args[0].value)
-            if helper is not None:
-                return PyExpr(call("jinja.map_filter", value.node, jinja(helper.__name__), *arguments[1:]))
-        raise self.error(node, "cannot translate this use of the `map` filter")
 
 
 def readable_test(test: str, value: ast.expr, arguments: list[ast.expr]) -> ast.expr | None:
     """Tests whose plain Python spelling is exactly Jinja's; None for the rest (they call the registry)."""
     if test == "defined" and not arguments:
-        return call("jinja.defined", value)
+        return call(jinja(template_runtime.TESTS["defined"].__name__), value)
     if test == "undefined" and not arguments:
-        return ast.UnaryOp(op=ast.Not(), operand=call("jinja.defined", value))
+        return ast.UnaryOp(op=ast.Not(), operand=call(jinja(template_runtime.TESTS["defined"].__name__), value))
     if test in ("none", "true", "false") and not arguments:
         constant = {"none": None, "true": True, "false": False}[test]
         return ast.Compare(left=value, ops=[ast.Is()], comparators=[const(constant)])

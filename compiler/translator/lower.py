@@ -11,7 +11,7 @@ The result reads like the template: ``{{ x }}`` becomes ``out.append(x)``,
 ``{% for message in messages %}`` a ``for`` loop, ``message.content`` becomes
 ``message["content"]``. Where Jinja and Python differ the code calls a helper from
 :mod:`rllm_renderers.template_runtime` (imported as ``jinja``): the filters and tests
-of its ``FILTERS`` / ``TESTS`` registry, ``jinja.defined(x)``, ...
+of its ``FILTERS`` / ``TESTS`` / ``GLOBALS`` registry (``jinja.is_defined(x)``, ...).
 
 Jinja scoping is kept exact: a loop body is a fresh scope every iteration (a ``set``
 inside it is invisible after the loop, and a name read before its ``set`` in an
@@ -393,7 +393,8 @@ class Lowering(ExpressionLowering, ValueKinds):
             self.add(ir.Assign(store(completed), const(False)))
         needs_sequence = uses & {"last", "length", "revindex", "revindex0", "nextitem"}
         needs_sequence = needs_sequence or (node.else_ and not completed)
-        if needs_sequence and not isinstance(items, ast.Name):
+        # a computed value may be a generator (`| select(...)`): no len(), always truthy
+        if needs_sequence and (not isinstance(items, ast.Name) or (node.test is None and self.is_computed(node.iter))):
             sequence = self.fresh_name("items")
             self.add(ir.Assign(store(sequence), call("list", items)))
             items = name(sequence)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from jinja2 import nodes
 
+from rllm_renderers import template_runtime
+
 from .scopes import is_namespace_call, target_names
 
-# Filters whose result is never a Markup, whatever their input.
+# Filters whose result is never a Markup, whatever their input (the others hand a Markup on: an
+# item of a list of Markups, or template_runtime.MARKUP_KEEPING_FILTERS).
 PLAIN_RESULT_FILTERS = {"tojson", "join", "replace", "title", "length", "count", "int", "float", "abs", "items"}
 
 # Message fields whose text is the message's own body (attributed as content).
@@ -57,7 +60,8 @@ class ValueKinds:
                     self.computed_names |= target_names(assign.target)
             if known == (self.computed_names, self.computed_attributes):
                 break
-        self.markup_possible = any(node.name == "safe" for node in template.find_all(nodes.Filter))
+        filters = template.find_all(nodes.Filter)
+        self.markup_possible = any(node.name in template_runtime.MARKUP_FILTERS for node in filters)
         if self.markup_possible:
             self.find_markup_names(template)
         self.find_content_names(template)
@@ -143,7 +147,7 @@ class ValueKinds:
     def markup_node(self, node: nodes.Node) -> bool:
         """Whether ``node`` may evaluate to a Markup: a ``| safe`` result, or what keeps one a Markup."""
         if isinstance(node, nodes.Filter):
-            if node.name == "safe":
+            if node.name in template_runtime.MARKUP_FILTERS:
                 return True
             if node.name in PLAIN_RESULT_FILTERS or node.node is None:
                 return False
