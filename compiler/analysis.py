@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from jinja2 import TemplateSyntaxError, meta, nodes
 
 from .errors import CompileError
-from .translator.lower import GLOBAL_FUNCTIONS, TEMPLATE_INPUTS, Lowering, TemplateNames
+from .translator.expressions import GLOBAL_FUNCTIONS, TemplateNames
+from .translator.lower import TEMPLATE_INPUTS, Lowering
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         # L1: {% if %}
-        if not jinja.defined(add_generation_prompt):
+        if not jinja.is_defined(add_generation_prompt):
             add_generation_prompt = False
         ns = jinja.Namespace(is_first=False, is_tool=False, is_output_first=True, system_prompt="", is_first_sp=True)
         # L1: {% for %}

@@ -62,7 +62,7 @@ class GptOssRenderer(GeneratedRenderer):
             # Jinja scoping: 'reasoning_effort' set here is local to this loop or macro, hence 'reasoning_effort_2'
             reasoning_effort_2 = reasoning_effort
             # L197: {% if %}
-            if not jinja.defined(model_identity_2):
+            if not jinja.is_defined(model_identity_2):
                 model_identity_2 = "You are ChatGPT, a large language model trained by OpenAI."
             parts_.append(
                 model_identity_2
@@ -71,7 +71,7 @@ class GptOssRenderer(GeneratedRenderer):
                 + "\n\n"
             )
             # L203: {% if %}
-            if not jinja.defined(reasoning_effort_2):
+            if not jinja.is_defined(reasoning_effort_2):
                 reasoning_effort_2 = "medium"
             parts_.append("Reasoning: " + reasoning_effort_2 + "\n\n")
             # L207: {% if %}
@@ -152,7 +152,7 @@ class GptOssRenderer(GeneratedRenderer):
                 else:
                     inner_type = self.macro_render_typescript_type(param_spec["items"], required_params)
                     # L23: {% if %}
-                    if inner_type == "object | object" or len(inner_type) > 50:
+                    if inner_type == "object | object" or jinja.length(inner_type) > 50:
                         parts_.append("any[]")
                     else:
                         parts_.append(inner_type + "[]")
@@ -165,11 +165,11 @@ class GptOssRenderer(GeneratedRenderer):
                 if param_spec["nullable"]:
                     parts_.append(" | null")
         elif (
-            jinja.defined(param_spec["type"])
+            jinja.is_defined(param_spec["type"])
             and jinja.is_iterable(param_spec["type"])
             and (not isinstance(param_spec["type"], str))
             and (not jinja.is_mapping(param_spec["type"]))
-            and jinja.defined(param_spec["type"][0])
+            and jinja.is_defined(param_spec["type"][0])
         ):
             # L40: {% if %}
             if len(param_spec["type"]) > 1:
@@ -196,7 +196,7 @@ class GptOssRenderer(GeneratedRenderer):
                     if variant["description"]:
                         parts_.append("// " + variant["description"])
                     # L61: {% if %}
-                    if jinja.defined(variant["default"]):
+                    if jinja.is_defined(variant["default"]):
                         parts_.append("                    // default: " + jinja.tojson(variant["default"]))
                     # L64: {% if %}
                     if variant_index != len(items) - 1:
@@ -268,7 +268,7 @@ class GptOssRenderer(GeneratedRenderer):
                         ": " + self.macro_render_typescript_type(param_spec, tool["parameters"]["required"] or [])
                     )
                     # L127: {% if %}
-                    if jinja.defined(param_spec["default"]):
+                    if jinja.is_defined(param_spec["default"]):
                         # L128: {% if %}
                         if param_spec["enum"]:
                             parts_.append(", // default: " + param_spec["default"])
@@ -352,7 +352,10 @@ class GptOssRenderer(GeneratedRenderer):
                 "<|start|>assistant to=functions."
                 + tool_call["name"]
                 + "<|channel|>commentary "
-                + ((tool_call["content_type"] if jinja.defined(tool_call["content_type"]) else "json") + "<|message|>")
+                + (
+                    (tool_call["content_type"] if jinja.is_defined(tool_call["content_type"]) else "json")
+                    + "<|message|>"
+                )
                 + jinja.tojson(tool_call["arguments"])
                 + "<|call|>"
             )

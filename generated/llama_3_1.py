@@ -51,16 +51,16 @@ class Llama31Renderer(GeneratedRenderer):
         first_user_message = jinja.Undefined("first_user_message")
         out.append(BOS_TOKEN)
         # L2: {% if %}
-        if jinja.defined(custom_tools):
+        if jinja.is_defined(custom_tools):
             tools = custom_tools
         # L5: {% if %}
-        if not jinja.defined(tools_in_user_message):
+        if not jinja.is_defined(tools_in_user_message):
             tools_in_user_message = True
         # L8: {% if %}
-        if not jinja.defined(date_string):
+        if not jinja.is_defined(date_string):
             date_string = "26 Jul 2024"
         # L11: {% if %}
-        if not jinja.defined(tools):
+        if not jinja.is_defined(tools):
             tools = None
         # L16: {% if %}
         if messages[0]["role"] == "system":
@@ -70,10 +70,10 @@ class Llama31Renderer(GeneratedRenderer):
             system_message = ""
         out.append("<|start_header_id|>system<|end_header_id|>\n\n")
         # L25: {% if %}
-        if jinja.defined(builtin_tools) or tools is not None:
+        if jinja.is_defined(builtin_tools) or tools is not None:
             out.append("Environment: ipython\n")
         # L28: {% if %}
-        if jinja.defined(builtin_tools):
+        if jinja.is_defined(builtin_tools):
             out.append(
                 "Tools: " + jinja.join(jinja.reject(builtin_tools, "equalto", "code_interpreter"), ", ") + "\n\n"
             )
@@ -132,7 +132,7 @@ class Llama31Renderer(GeneratedRenderer):
             raise jinja.TemplateError("This model only supports single tool-calls at once!")
         tool_call = message["tool_calls"][0]["function"]
         # L74: {% if %}
-        if jinja.defined(builtin_tools) and tool_call["name"] in builtin_tools:
+        if jinja.is_defined(builtin_tools) and tool_call["name"] in builtin_tools:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n<|python_tag|>" + tool_call["name"] + ".call(")
             # L77: {% for %}
             items = list(jinja.items(tool_call["arguments"]))
@@ -151,7 +151,7 @@ class Llama31Renderer(GeneratedRenderer):
                 + "}"
             )
         # L91: {% if %}
-        if jinja.defined(builtin_tools):
+        if jinja.is_defined(builtin_tools):
             out.append("<|eom_id|>")
         else:
             out.append("<|eot_id|>")

@@ -50,17 +50,17 @@ class Llama32Renderer(GeneratedRenderer):
         first_user_message = jinja.Undefined("first_user_message")
         out.append(BOS_TOKEN)
         # L2: {% if %}
-        if jinja.defined(custom_tools):
+        if jinja.is_defined(custom_tools):
             tools = custom_tools
         # L5: {% if %}
-        if not jinja.defined(tools_in_user_message):
+        if not jinja.is_defined(tools_in_user_message):
             tools_in_user_message = True
         # L8: {% if %}
-        if not jinja.defined(date_string):
+        if not jinja.is_defined(date_string):
             # L9: {% if %}: always true
             date_string = jinja.strftime_now("%d %b %Y")
         # L15: {% if %}
-        if not jinja.defined(tools):
+        if not jinja.is_defined(tools):
             tools = None
         # L20: {% if %}
         if messages[0]["role"] == "system":

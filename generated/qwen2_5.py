@@ -107,7 +107,7 @@ class Qwen25Renderer(GeneratedRenderer):
         # L29: {% for %}
         for tool_call in message["tool_calls"]:
             # L30: {% if %}
-            if jinja.defined(tool_call["function"]):
+            if jinja.is_defined(tool_call["function"]):
                 tool_call = tool_call["function"]
             out.append('\n<tool_call>\n{"name": "')
             out.append_content(str(tool_call["name"]))

@@ -103,7 +103,7 @@ class Qwen3Renderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
             # L82: {% if %}
-            if jinja.defined(enable_thinking) and enable_thinking is False:
+            if jinja.is_defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
 
     def render_user_or_system(self, out, message):
@@ -117,7 +117,7 @@ class Qwen3Renderer(GeneratedRenderer):
         content = message["content"]
         reasoning_content = ""
         # L31: {% if %}
-        if jinja.defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
+        if jinja.is_defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
             reasoning_content = message["reasoning_content"]
         else:
             # L34: {% if %}

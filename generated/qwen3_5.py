@@ -99,7 +99,7 @@ class Qwen35Renderer(GeneratedRenderer):
                         parts_.append(str(item["text"]))
                     else:
                         raise jinja.TemplateError("Unexpected item type in content.")
-            elif content is None or not jinja.defined(content):
+            elif content is None or not jinja.is_defined(content):
                 pass
             else:
                 raise jinja.TemplateError("Unexpected content type.")
@@ -166,7 +166,7 @@ class Qwen35Renderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
             # L149: {% if %}
-            if jinja.defined(enable_thinking) and enable_thinking is False:
+            if jinja.is_defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
             else:
                 out.append("<think>\n")
@@ -213,7 +213,7 @@ class Qwen35Renderer(GeneratedRenderer):
             # L106: {% for %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
                 # L107: {% if %}
-                if jinja.defined(tool_call["function"]):
+                if jinja.is_defined(tool_call["function"]):
                     tool_call = tool_call["function"]
                 # L110: {% if %}
                 if tool_call_index == 0:
@@ -231,7 +231,7 @@ class Qwen35Renderer(GeneratedRenderer):
                     out.append_content(tool_call["name"])
                     out.append(">\n")
                 # L119: {% if %}
-                if jinja.defined(tool_call["arguments"]):
+                if jinja.is_defined(tool_call["arguments"]):
                     # L120: {% for %}
                     for args_name, args_value in jinja.items(tool_call["arguments"]):
                         out.append("<parameter=" + args_name + ">\n")

@@ -58,45 +58,45 @@ class Qwen3CoderRenderer(GeneratedRenderer):
         else:
             loop_messages = messages
         # L20: {% if %}
-        if not jinja.defined(tools):
+        if not jinja.is_defined(tools):
             tools = []
         # L24: {% if %}
-        if jinja.defined(system_message):
+        if jinja.is_defined(system_message):
             out.append("<|im_start|>system\n" + system_message)
         else:
             # L27: {% if %}
-            if jinja.is_iterable(tools) and len(tools) > 0:
+            if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append(
                     "<|im_start|>system\nYou are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
                 )
         # L31: {% if %}
-        if jinja.is_iterable(tools) and len(tools) > 0:
+        if jinja.is_iterable(tools) and jinja.length(tools) > 0:
             out.append("\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>")
             # L34: {% for %}
             for tool in tools:
                 # L35: {% if %}
-                if jinja.defined(tool["function"]):
+                if jinja.is_defined(tool["function"]):
                     tool = tool["function"]
                 out.append("\n<function>\n<name>" + str(tool["name"]) + "</name>")
                 # L39: {% if %}
-                if jinja.defined(tool["description"]):
+                if jinja.is_defined(tool["description"]):
                     out.append("\n<description>" + jinja.trim(tool["description"]) + "</description>")
                 out.append("\n<parameters>")
                 # L43: {% if %}
                 if (
-                    jinja.defined(tool["parameters"])
+                    jinja.is_defined(tool["parameters"])
                     and jinja.is_mapping(tool["parameters"])
-                    and jinja.defined(tool["parameters"]["properties"])
+                    and jinja.is_defined(tool["parameters"]["properties"])
                     and jinja.is_mapping(tool["parameters"]["properties"])
                 ):
                     # L44: {% for %}
                     for param_name, param_fields in jinja.items(tool["parameters"]["properties"]):
                         out.append("\n<parameter>\n<name>" + str(param_name) + "</name>")
                         # L47: {% if %}
-                        if jinja.defined(param_fields["type"]):
+                        if jinja.is_defined(param_fields["type"]):
                             out.append("\n<type>" + str(param_fields["type"]) + "</type>")
                         # L50: {% if %}
-                        if jinja.defined(param_fields["description"]):
+                        if jinja.is_defined(param_fields["description"]):
                             out.append("\n<description>" + jinja.trim(param_fields["description"]) + "</description>")
                         # Jinja scoping: 'handled_keys' set here is local to this loop or macro, hence 'handled_keys_2'
                         handled_keys_2 = ["name", "type", "description"]
@@ -109,11 +109,11 @@ class Qwen3CoderRenderer(GeneratedRenderer):
                 "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
         # L68: {% if %}
-        if jinja.defined(system_message):
+        if jinja.is_defined(system_message):
             out.append("<|im_end|>\n")
         else:
             # L71: {% if %}
-            if jinja.is_iterable(tools) and len(tools) > 0:
+            if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_end|>\n")
         # L75: {% for %}
         for message_index, message in enumerate(loop_messages):
@@ -121,7 +121,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
             # L76: {% if %} on the message's role
             if (
                 message["role"] == "assistant"
-                and jinja.defined(message["tool_calls"])
+                and jinja.is_defined(message["tool_calls"])
                 and jinja.is_iterable(message["tool_calls"])
                 and (len(message["tool_calls"]) > 0)
             ):
@@ -171,9 +171,9 @@ class Qwen3CoderRenderer(GeneratedRenderer):
         out.append("<|im_start|>" + message["role"])
         # L78: {% if %}
         if (
-            jinja.defined(message["content"])
+            jinja.is_defined(message["content"])
             and isinstance(message["content"], str)
-            and (len(jinja.trim(message["content"])) > 0)
+            and (jinja.length(jinja.trim(message["content"])) > 0)
         ):
             out.append("\n")
             out.append_content(jinja.trim(message["content"]))
@@ -181,13 +181,13 @@ class Qwen3CoderRenderer(GeneratedRenderer):
         # L81: {% for %}
         for tool_call in message["tool_calls"]:
             # L82: {% if %}
-            if jinja.defined(tool_call["function"]):
+            if jinja.is_defined(tool_call["function"]):
                 tool_call = tool_call["function"]
             out.append("\n<tool_call>\n<function=")
             out.append_content(tool_call["name"])
             out.append(">\n")
             # L86: {% if %}
-            if jinja.defined(tool_call["arguments"]):
+            if jinja.is_defined(tool_call["arguments"]):
                 # L87: {% for %}
                 for args_name, args_value in jinja.items(tool_call["arguments"]):
                     out.append("<parameter=" + args_name + ">\n")

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import ast
 
+from rllm_renderers import template_runtime
+
 from . import ir
 
 # Globals transformers always defines: `is defined` on them is always true.
-ALWAYS_DEFINED = {"jinja.strftime_now", "jinja.raise_exception", "jinja.Namespace", "range", "dict"}
+ALWAYS_DEFINED = {f"jinja.{helper.__name__}" for helper in template_runtime.GLOBALS.values()}
+IS_DEFINED = f"jinja.{template_runtime.TESTS['defined'].__name__}"
 
 
 def clean(program: ir.Program) -> ir.Program:
@@ -76,7 +79,7 @@ def constant_test(test: ast.expr) -> bool | None:
         test, negated = test.operand, True
     if (
         isinstance(test, ast.Call)
-        and dotted_name(test.func) == "jinja.defined"
+        and dotted_name(test.func) == IS_DEFINED
         and len(test.args) == 1
         and dotted_name(test.args[0]) in ALWAYS_DEFINED
     ):

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from jinja2 import nodes
+from jinja2.idtracking import find_symbols
 
 
 LOOP_ATTRIBUTES = {
@@ -168,20 +169,9 @@ def target_names(target: nodes.Node) -> set[str]:
 
 
 def assigned_names(body: list[nodes.Node]) -> set[str]:
-    """Names a scope's own statements assign (not those of nested loops or macros)."""
-    names: set[str] = set()
-    for node in body:
-        if isinstance(node, (nodes.Assign, nodes.AssignBlock)):
-            names |= target_names(node.target)
-        elif isinstance(node, nodes.If):
-            names |= assigned_names(node.body) | assigned_names(node.else_)
-            for elif_node in node.elif_:
-                names |= assigned_names(elif_node.body)
-        elif isinstance(node, nodes.CallBlock):
-            names |= assigned_names(node.body)
-        elif isinstance(node, nodes.Macro):
-            names.add(node.name)
-    return names
+    """Names a scope's own statements assign: jinja2's own symbol tracking (``idtracking``), so
+    nested loops, macros, ``call`` and ``filter`` bodies keep their sets, ``if`` branches do not."""
+    return set(find_symbols(body, None).stores)
 
 
 def count_reads(body: list[nodes.Node]) -> Counter[str]:
