@@ -154,7 +154,9 @@ def compile_source(
         oracle_version=ORACLE_VERSION,
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
-    features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
+    features = features_for(
+        first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
+    )
     turn = learn_turn_format(first_pass, prepared, features)
     code = emit_module(facts, spec, turn)
     if parent_module is not None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compiler.analysis import compared_roles, knob_candidates
 from compiler.pipeline import compile_source, load_renderer_class, verify_compiled
 from compiler.source import resolve_source
+from compiler.verify import features_for
 
 USER = {"role": "user", "content": "What is up?"}
 ASSISTANT = {"role": "assistant", "content": "Not much."}
@@ -144,3 +146,26 @@ def test_a_template_that_renders_nothing_is_not_verified(tmp_path):
     report = verify_compiled(renderer_class, compiled, cases=10, seed=0)
     assert not report.ok
     assert "rendered none of the" in report.failure.reason
+
+
+# Most real templates write `bos_token`; compiled without a tokenizer, the class reads it when it
+# is built. The probes that choose knob values and the tool-call limit must build it with the
+# placeholder values, or every probe fails and only the first candidate value is ever verified.
+BOS_AND_KNOBS = (
+    "{{ bos_token }}{% if style == 'terse' %}[terse]{% elif style == 'chatty' %}[chatty]{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+    "{% for call in m.tool_calls or [] %}<call>{{ call.function.name }}</call>{% endfor %}</{{ m.role }}>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_knob_values_and_tool_call_limits_are_probed_with_special_token_values(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "bos_and_knobs", BOS_AND_KNOBS)
+    features = features_for(
+        renderer_class,
+        knob_candidates(compiled.facts.ast, compiled.facts.knobs),
+        compared_roles(compiled.facts.ast),
+        compiled.placeholders,
+    )
+    assert dict(features.knobs)["style"][:2] == ("terse", "chatty")
+    assert features.max_tool_calls == 3
