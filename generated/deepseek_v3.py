@@ -128,5 +128,5 @@ class DeepseekV3Renderer(GeneratedRenderer):
         if ns.is_tool:
             out.append("<｜tool▁outputs▁end｜>")
         # L11: {% if %}
-        if add_generation_prompt and (not ns.is_tool):
+        if add_generation_prompt and not ns.is_tool:
             out.append("<｜Assistant｜>")

@@ -19,7 +19,7 @@ class GptOssRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): builtin_tools, model_identity, reasoning_effort.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|return|>' (stops: '<|return|>', '<|call|>');
+    Assistant turns end with '<|return|>' (stop tokens: <|return|>, <|call|>);
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|start|>assistant'.
     Reasoning: '<|channel|>analysis<|message|>' ... '<|end|><|start|>assistant'.
@@ -167,8 +167,8 @@ class GptOssRenderer(GeneratedRenderer):
         elif (
             jinja.is_defined(param_spec["type"])
             and jinja.is_iterable(param_spec["type"])
-            and (not isinstance(param_spec["type"], str))
-            and (not jinja.is_mapping(param_spec["type"]))
+            and not isinstance(param_spec["type"], str)
+            and not jinja.is_mapping(param_spec["type"])
             and jinja.is_defined(param_spec["type"][0])
         ):
             # L40: {% if %}
@@ -340,11 +340,11 @@ class GptOssRenderer(GeneratedRenderer):
                 raise jinja.TemplateError(
                     "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
                 )
-            elif message["content"] and (not future_final_message.found):
+            elif message["content"] and not future_final_message.found:
                 out.append("<|start|>assistant<|channel|>analysis<|message|>")
                 out.append_content(message["content"])
                 out.append("<|end|>")
-            elif message["thinking"] and (not future_final_message.found):
+            elif message["thinking"] and not future_final_message.found:
                 out.append("<|start|>assistant<|channel|>analysis<|message|>")
                 out.append_content(message["thinking"])
                 out.append("<|end|>")
@@ -360,7 +360,7 @@ class GptOssRenderer(GeneratedRenderer):
                 + "<|call|>"
             )
             last_tool_call.name = tool_call["name"]
-        elif message_index == len(loop_messages) - 1 and (not add_generation_prompt):
+        elif message_index == len(loop_messages) - 1 and not add_generation_prompt:
             # L305: {% if %}
             if "thinking" in message:
                 out.append("<|start|>assistant<|channel|>analysis<|message|>")

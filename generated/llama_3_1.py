@@ -79,7 +79,7 @@ class Llama31Renderer(GeneratedRenderer):
             )
         out.append("Cutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n")
         # L33: {% if %}
-        if tools is not None and (not tools_in_user_message):
+        if tools is not None and not tools_in_user_message:
             out.append(
                 'You have access to the following functions. To call a function, please respond with JSON for a function call.Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )

@@ -74,7 +74,7 @@ class Llama32Renderer(GeneratedRenderer):
             out.append("Environment: ipython\n")
         out.append("Cutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n")
         # L34: {% if %}
-        if tools is not None and (not tools_in_user_message):
+        if tools is not None and not tools_in_user_message:
             out.append(
                 'You have access to the following functions. To call a function, please respond with JSON for a function call.Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )

@@ -79,7 +79,7 @@ class Qwen25Renderer(GeneratedRenderer):
             if (
                 message["role"] == "user"
                 or (message["role"] == "system" and message_index != 0)
-                or (message["role"] == "assistant" and (not message["tool_calls"]))
+                or (message["role"] == "assistant" and not message["tool_calls"])
             ):
                 self.render_user_or_system_or_assistant(out, message)
             elif message["role"] == "assistant":

@@ -79,11 +79,8 @@ class Qwen3Renderer(GeneratedRenderer):
             if (
                 ns.multi_step_tool
                 and message["role"] == "user"
-                and (
-                    not (
-                        message["content"].startswith("<tool_response>")
-                        and message["content"].endswith("</tool_response>")
-                    )
+                and not (
+                    message["content"].startswith("<tool_response>") and message["content"].endswith("</tool_response>")
                 )
             ):
                 ns.multi_step_tool = False
@@ -145,7 +142,7 @@ class Qwen3Renderer(GeneratedRenderer):
             # L49: {% for %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
                 # L50: {% if %}
-                if tool_call_index == 0 and content or tool_call_index != 0:
+                if (tool_call_index == 0 and content) or tool_call_index != 0:
                     out.append("\n")
                 # L53: {% if %}
                 if tool_call["function"]:

@@ -69,7 +69,7 @@ class Qwen35Renderer(GeneratedRenderer):
             # L4: {% if %}
             if isinstance(content, str):
                 parts_.append(str(content))
-            elif jinja.is_iterable(content) and (not jinja.is_mapping(content)):
+            elif jinja.is_iterable(content) and not jinja.is_mapping(content):
                 # L7: {% for %}
                 for item in content:
                     # L8: {% if %}
@@ -109,7 +109,7 @@ class Qwen35Renderer(GeneratedRenderer):
         if not messages:
             raise jinja.TemplateError("No messages provided.")
         # L45: {% if %}
-        if tools and jinja.is_iterable(tools) and (not jinja.is_mapping(tools)):
+        if tools and jinja.is_iterable(tools) and not jinja.is_mapping(tools):
             out.append("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>")
             # L48: {% for %}
             for tool in tools:
@@ -208,7 +208,7 @@ class Qwen35Renderer(GeneratedRenderer):
         if (
             message["tool_calls"]
             and jinja.is_iterable(message["tool_calls"])
-            and (not jinja.is_mapping(message["tool_calls"]))
+            and not jinja.is_mapping(message["tool_calls"])
         ):
             # L106: {% for %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
@@ -238,7 +238,7 @@ class Qwen35Renderer(GeneratedRenderer):
                         args_value = (
                             jinja.mark_safe(jinja.tojson(args_value))
                             if jinja.is_mapping(args_value)
-                            or (jinja.is_sequence(args_value) and (not isinstance(args_value, str)))
+                            or (jinja.is_sequence(args_value) and not isinstance(args_value, str))
                             else jinja.soft_str(args_value)
                         )
                         out.append(str(args_value) + "\n</parameter>\n")

@@ -19,7 +19,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): none.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
+    Assistant turns end with '<|im_end|>' (stop tokens: <|im_end|>);
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<|im_start|>assistant\n'.
     Tool calls (xml): '<tool_call>\n<function=' NAME '>\n' ARGUMENTS '</function>\n</tool_call>'.
@@ -123,7 +123,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
                 message["role"] == "assistant"
                 and jinja.is_defined(message["tool_calls"])
                 and jinja.is_iterable(message["tool_calls"])
-                and (len(message["tool_calls"]) > 0)
+                and len(message["tool_calls"]) > 0
             ):
                 self.render_assistant(out, message)
             elif message["role"] == "user" or message["role"] == "system" or message["role"] == "assistant":
@@ -151,7 +151,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
             for json_key in filtered:
                 # L4: {% if %}
                 if jinja.is_mapping(json_dict[json_key]) or (
-                    jinja.is_sequence(json_dict[json_key]) and (not isinstance(json_dict[json_key], str))
+                    jinja.is_sequence(json_dict[json_key]) and not isinstance(json_dict[json_key], str)
                 ):
                     parts_.append(
                         "\n<"
@@ -173,7 +173,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
         if (
             jinja.is_defined(message["content"])
             and isinstance(message["content"], str)
-            and (jinja.length(jinja.trim(message["content"])) > 0)
+            and jinja.length(jinja.trim(message["content"])) > 0
         ):
             out.append("\n")
             out.append_content(jinja.trim(message["content"]))
@@ -194,7 +194,7 @@ class Qwen3CoderRenderer(GeneratedRenderer):
                     args_value = (
                         jinja.mark_safe(jinja.tojson(args_value))
                         if jinja.is_mapping(args_value)
-                        or (jinja.is_sequence(args_value) and (not isinstance(args_value, str)))
+                        or (jinja.is_sequence(args_value) and not isinstance(args_value, str))
                         else jinja.soft_str(args_value)
                     )
                     out.append(str(args_value) + "\n</parameter>\n")

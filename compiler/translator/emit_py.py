@@ -9,8 +9,24 @@ from . import ir
 INDENT = "    "
 
 
+class _Unparser(ast._Unparser):  # type: ignore[name-defined]
+    """``ast.unparse`` without the parentheses it puts around later operands of ``and`` / ``or``
+    (``a and (not b)``), with those a reader wants around an ``and`` inside an ``or``."""
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        operator = self.boolops[node.op.__class__.__name__]
+        precedence = self.boolop_precedence[operator]
+        with self.require_parens(precedence, node):
+            for position, value in enumerate(node.values):
+                if position:
+                    self.write(f" {operator} ")
+                # `a or (b and c)`: parentheses Python does not need but a reader does
+                self.set_precedence(precedence.next().next() if isinstance(value, ast.BoolOp) else precedence.next(), value)
+                self.traverse(value)
+
+
 def unparse(node: ast.AST) -> str:
-    return ast.unparse(ast.fix_missing_locations(node))
+    return _Unparser().visit(ast.fix_missing_locations(node))
 
 
 def concatenation(pieces: list[ast.expr]) -> ast.expr:
