@@ -169,3 +169,26 @@ def test_knob_values_and_tool_call_limits_are_probed_with_special_token_values(t
     )
     assert dict(features.knobs)["style"][:2] == ("terse", "chatty")
     assert features.max_tool_calls == 3
+
+
+# Hermes-3 style: a macro called with template data (a tool's parameter schema) and with computed
+# values (`spec | items`, a generator, and a dict literal); reading a missing field of those reads
+# as Undefined in Jinja, so the parameter cannot be subscripted like wrapped template data.
+MACRO_ON_COMPUTED_VALUES = (
+    "{%- macro type_name(spec) -%}{%- if spec.type == 'array' -%}list[{{ type_name(spec | items) }}]"
+    "{%- elif spec.type is string -%}{{ spec.type }}{%- elif spec.type is iterable -%}"
+    "{%- for t in spec.type -%}{{ type_name({'type': t}) }}{% if spec.extra is defined %}+{% endif %}{%- endfor -%}"
+    "{%- else -%}any{%- endif -%}{%- endmacro -%}"
+    "{% for tool in tools or [] %}{% for name, field in tool.function.parameters.properties | items %}"
+    "{{ name }}: {{ type_name(field) }}\n{% endfor %}{% endfor %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
+)
+
+
+def test_macro_parameters_given_computed_values(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "macro_on_computed", MACRO_ON_COMPUTED_VALUES, cases=60)
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    array = {"type": "array", "items": {"type": "string"}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"xs": array}}}}
+    # `(spec | items).type` is Undefined, and Undefined is iterable (and empty): "list[]", as in Jinja
+    assert renderer.render_text([USER], tools=[tool]).startswith("xs: list[]\n")
