@@ -192,3 +192,19 @@ def test_macro_parameters_given_computed_values(tmp_path):
     tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"xs": array}}}}
     # `(spec | items).type` is Undefined, and Undefined is iterable (and empty): "list[]", as in Jinja
     assert renderer.render_text([USER], tools=[tool]).startswith("xs: list[]\n")
+
+
+# Items of a computed sequence (a list literal, a dict's .items()) are plain Python objects: a
+# missing field reads as Undefined in Jinja, not as a KeyError.
+LOOP_OVER_COMPUTED = (
+    "{% set markers = [{'role': 'user', 'open': '<u>'}, {'role': 'assistant'}] %}"
+    "{% for m in messages %}{% for marker in markers %}{% if marker.role == m.role %}"
+    "{{ marker.open if marker.open is defined else '<' + m.role + '>' }}{{ marker['close'] }}{% endif %}{% endfor %}"
+    "{{ m.content }}\n{% endfor %}"
+)
+
+
+def test_items_of_a_computed_sequence_read_missing_fields_as_undefined(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "loop_over_computed", LOOP_OVER_COMPUTED)
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.render_text([USER, ASSISTANT]) == "<u>What is up?\n<assistant>Not much.\n"

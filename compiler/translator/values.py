@@ -57,6 +57,7 @@ class ValueKinds:
             for call in template.find_all(nodes.Call)
             if isinstance(call.node, nodes.Name) and call.node.name in macros
         ]
+        loops = list(template.find_all(nodes.For))
         while True:  # to a fixed point: `{% set a = [1] %}{% set b = a %}` makes both computed
             known = (set(self.computed_names), set(self.computed_attributes))
             for assign in assignments:
@@ -64,6 +65,10 @@ class ValueKinds:
                     if isinstance(assign.target, nodes.NSRef):
                         self.computed_attributes.add(assign.target.attr)
                     self.computed_names |= target_names(assign.target)
+            for loop in loops:
+                # an item of a computed sequence is computed (`{% for x in [{'a': 1}] %}{{ x.b }}`)
+                if self.is_computed(loop.iter):
+                    self.computed_names |= target_names(loop.target)
             for call in macro_calls:
                 # a parameter some call passes a computed value (`f(spec | items)`, `f({"type": t})`)
                 parameters = [parameter.name for parameter in macros[call.node.name].args]
