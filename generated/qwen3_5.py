@@ -119,27 +119,26 @@ class Qwen35Renderer(GeneratedRenderer):
             )
             # L54: {% if %}
             if messages[0]["role"] == "system":
-                # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
-                content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
+                content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 # L56: {% if %}
-                if content_2:
-                    out.append("\n\n" + content_2)
+                if content:
+                    out.append("\n\n" + content)
             out.append("<|im_end|>\n")
         else:
             # L62: {% if %}
             if messages[0]["role"] == "system":
-                content_2 = jinja.trim(macro_render_content(messages[0]["content"], False, True))
-                out.append("<|im_start|>system\n" + content_2 + "<|im_end|>\n")
+                content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
+                out.append("<|im_start|>system\n" + content + "<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
         # L68: {% for %}
         for message_index, message in enumerate(messages[::-1]):
             index = len(messages) - 1 - message_index
             # L70: {% if %}
             if ns.multi_step_tool and message["role"] == "user":
-                # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_3'
-                content_3 = jinja.trim(macro_render_content(message["content"], False))
+                # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
+                content_2 = jinja.trim(macro_render_content(message["content"], False))
                 # L72: {% if %}
-                if not (content_3.startswith("<tool_response>") and content_3.endswith("</tool_response>")):
+                if not (content_2.startswith("<tool_response>") and content_2.endswith("</tool_response>")):
                     ns.multi_step_tool = False
                     ns.last_query_index = index
         # L78: {% if %}
@@ -148,17 +147,17 @@ class Qwen35Renderer(GeneratedRenderer):
         # L81: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
-            # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_4'
-            content_4 = jinja.trim(macro_render_content(message["content"], True))
+            # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_3'
+            content_3 = jinja.trim(macro_render_content(message["content"], True))
             # L83: {% if %} on the message's role
             if message["role"] == "system":
                 self.render_system(out, message_index)
             elif message["role"] == "user":
-                self.render_user(out, message, content_4)
+                self.render_user(out, message, content_3)
             elif message["role"] == "assistant":
-                self.render_assistant(out, message, message_index, content_4, ns)
+                self.render_assistant(out, message, message_index, content_3, ns)
             elif message["role"] == "tool":
-                self.render_tool(out, message_index, messages, content_4)
+                self.render_tool(out, message_index, messages, content_3)
             else:
                 raise jinja.TemplateError("Unexpected message role.")
         out.mark_scaffold()
@@ -177,13 +176,13 @@ class Qwen35Renderer(GeneratedRenderer):
         if message_index != 0:
             raise jinja.TemplateError("System message must be at the beginning.")
 
-    def render_user(self, out, message, content_4):
+    def render_user(self, out, message, content_3):
         """The template's user branch of the message loop (lines 87-88)."""
         out.append("<|im_start|>" + message["role"] + "\n")
-        out.append_content(content_4)
+        out.append_content(content_3)
         out.append("<|im_end|>\n")
 
-    def render_assistant(self, out, message, message_index, content_4, ns):
+    def render_assistant(self, out, message, message_index, content_3, ns):
         """The template's assistant branch of the message loop (lines 89-130)."""
         reasoning_content = ""
         # L91: {% if %}
@@ -191,19 +190,19 @@ class Qwen35Renderer(GeneratedRenderer):
             reasoning_content = message["reasoning_content"]
         else:
             # L94: {% if %}
-            if "</think>" in content_4:
-                reasoning_content = content_4.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                content_4 = content_4.split("</think>")[-1].lstrip("\n")
+            if "</think>" in content_3:
+                reasoning_content = content_3.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                content_3 = content_3.split("</think>")[-1].lstrip("\n")
         reasoning_content = jinja.trim(reasoning_content)
         # L100: {% if %}
         if message_index > ns.last_query_index:
             out.append("<|im_start|>" + message["role"] + "\n<think>\n")
             out.append_content(reasoning_content)
             out.append("\n</think>\n\n")
-            out.append_content(content_4)
+            out.append_content(content_3)
         else:
             out.append("<|im_start|>" + message["role"] + "\n")
-            out.append_content(content_4)
+            out.append_content(content_3)
         # L105: {% if %}
         if (
             message["tool_calls"]
@@ -218,7 +217,7 @@ class Qwen35Renderer(GeneratedRenderer):
                 # L110: {% if %}
                 if tool_call_index == 0:
                     # L111: {% if %}
-                    if jinja.trim(content_4):
+                    if jinja.trim(content_3):
                         out.append("\n\n<tool_call>\n<function=")
                         out.append_content(tool_call["name"])
                         out.append(">\n")
@@ -245,7 +244,7 @@ class Qwen35Renderer(GeneratedRenderer):
                 out.append("</function>\n</tool_call>")
         out.append("<|im_end|>\n")
 
-    def render_tool(self, out, message_index, messages, content_4):
+    def render_tool(self, out, message_index, messages, content_3):
         """The template's tool branch of the message loop (lines 131-141)."""
         # L132: {% if %}
         if (messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")) and (
@@ -253,7 +252,7 @@ class Qwen35Renderer(GeneratedRenderer):
         )["role"] != "tool":
             out.append("<|im_start|>user")
         out.append("\n<tool_response>\n")
-        out.append_content(str(content_4))
+        out.append_content(str(content_3))
         out.append("\n</tool_response>")
         # L138: {% if %}
         if (

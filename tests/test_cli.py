@@ -36,12 +36,12 @@ def test_generate_writes_a_verified_module(tmp_path: Path, capsys):
 
 def test_untranslatable_template_writes_nothing_and_names_the_construct(tmp_path: Path, capsys):
     template = tmp_path / "bad.jinja"
-    template.write_text("{% for m in messages recursive %}\n{{ m.content }}{{ loop(m.children) }}{% endfor %}", "utf-8")
+    template.write_text("{% for m in messages %}\n{% include 'other.jinja' %}{% endfor %}", "utf-8")
     out = tmp_path / "out"
     code = main(["generate", "--model", "test/bad", "--template", str(template), "--out", str(out), *TOKENS])
     error = capsys.readouterr().err
     assert code == 1
-    assert "bad.jinja:1:" in error and "recursive" in error
+    assert "bad.jinja:2:" in error and "{% include %}" in error
     assert not out.exists() or not any(out.iterdir())
 
 

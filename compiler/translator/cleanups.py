@@ -99,7 +99,7 @@ def dotted_name(node: ast.expr) -> str | None:
 
 def code_of(body: list[ir.Stmt]) -> list[ir.Stmt]:
     """The statements of a block that are not comments."""
-    return [statement for statement in body if not isinstance(statement, (ir.Comment, ir.Note))]
+    return [statement for statement in body if not isinstance(statement, ir.Comment)]
 
 
 def same_block(first: list[ir.Stmt], second: list[ir.Stmt]) -> bool:

@@ -60,8 +60,6 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
     pad = INDENT * depth
     if isinstance(statement, ir.Comment):
         return [f"{pad}# L{statement.line}: {statement.text}"]
-    if isinstance(statement, ir.Note):
-        return [f"{pad}# {statement.text}"]
     if isinstance(statement, ir.Append):
         lines = []
         plain: list[ast.expr] = []

@@ -74,6 +74,8 @@ class LoopContext:
     items: ast.expr  # the sequence iterated (for len / neighbours)
     uses: set[str]
     changed: str = ""  # Python name remembering loop.changed()'s last arguments
+    function: str = ""  # a recursive loop: the function loop(...) calls
+    depth: str = ""  # a recursive loop: the Python name of its depth (1 at the top)
 
 
 @dataclass
@@ -263,10 +265,10 @@ class ExpressionLowering:
             return PyExpr(plus(plus(length, index, ast.Sub), const(1), ast.Sub))
         if attr == "revindex":
             return PyExpr(plus(length, index, ast.Sub))
-        if attr == "depth":
-            return PyExpr(const(1))  # recursive loops are refused, so every loop is at depth 1
+        if attr == "depth":  # 1 unless the loop is recursive
+            return PyExpr(name(loop.depth) if loop.depth else const(1))
         if attr == "depth0":
-            return PyExpr(const(0))
+            return PyExpr(plus(name(loop.depth), const(1), ast.Sub) if loop.depth else const(0))
         if attr == "previtem":
             test = ast.Compare(left=index, ops=[ast.Gt()], comparators=[const(0)])
             item = subscript(items, plus(index, const(1), ast.Sub))
@@ -299,11 +301,21 @@ class ExpressionLowering:
         if node.dyn_args is not None or node.dyn_kwargs is not None:
             raise self.error(node, "cannot translate a call with *args or **kwargs")
         function = node.node
+        if isinstance(function, nodes.Name) and function.name == "loop" and self.loops and self.loops[-1].function:
+            loop = self.loops[-1]
+            if len(node.args) != 1 or node.kwargs:
+                raise self.error(node, "loop(...) of a recursive loop takes exactly one argument")
+            deeper = ast.BinOp(left=name(loop.depth), op=ast.Add(), right=const(1))
+            return PyExpr(call(name(loop.function), self.expr(node.args[0]).node, deeper), is_str=True)
         if isinstance(function, nodes.Getattr) and isinstance(function.node, nodes.Name):
             if function.node.name == "loop" and self.loops and function.attr in ("cycle", "changed"):
                 return self.loop_method_call(node)
         arguments = [self.expr(argument).node for argument in node.args]
-        keywords = [ast.keyword(arg=kw.key, value=self.expr(kw.value).node) for kw in node.kwargs]
+        is_macro = isinstance(function, nodes.Name) and function.name in self.macro_names
+        keywords = [
+            ast.keyword(arg=self.keyword_name(kw.key) if is_macro else kw.key, value=self.expr(kw.value).node)
+            for kw in node.kwargs
+        ]
         if isinstance(function, nodes.Getattr):
             target = self.expr(function.node)
             return PyExpr(ast.Call(func=attribute(target.node, function.attr), args=arguments, keywords=keywords))

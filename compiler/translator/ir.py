@@ -22,13 +22,6 @@ class Comment:
 
 
 @dataclass
-class Note:
-    """A plain comment explaining something surprising (a Jinja quirk kept on purpose)."""
-
-    text: str
-
-
-@dataclass
 class Piece:
     """One operand of an output concatenation; ``content`` when it writes message content."""
 
@@ -129,7 +122,7 @@ class Method:
     kwargs: str | None = None
 
 
-Stmt = Union[Comment, Note, Append, Assign, ExprStmt, Raise, If, For, Break, Continue, Return, Function]
+Stmt = Union[Comment, Append, Assign, ExprStmt, Raise, If, For, Break, Continue, Return, Function]
 
 
 @dataclass

@@ -370,10 +370,30 @@ class Lowering(ExpressionLowering, ValueKinds):
 
     def stmt_For(self, node: nodes.For) -> None:
         if node.recursive:
-            raise self.error(node, "cannot translate a recursive {% for %} loop")
-        uses = loop_attributes_used(node.body, self.error)
+            self.recursive_loop(node)
+            return
         self.comment(node, "{% for %}")
-        iterable = self.expr(node.iter)
+        self.lower_for(node, self.expr(node.iter))
+
+    def recursive_loop(self, node: nodes.For) -> None:
+        """``{% for x in xs recursive %}...{{ loop(x.children) }}...{% endfor %}``: the loop is a
+        function of its items and depth, and ``loop(...)`` calls it again one level deeper."""
+        self.comment(node, "{% for ... recursive %}: loop(...) renders its items one level deeper")
+        function = self.fresh_name("render_loop")
+        items, depth = self.fresh_name("loop_items"), self.fresh_name("depth")
+        parts = self.fresh_name("parts")
+        saved_body, saved_output, saved_marking = self.body, self.output, self.marking_messages
+        self.body, self.output, self.marking_messages = [], parts, False
+        self.add(ir.Assign(store(parts), ast.List(elts=[], ctx=ast.Load())))
+        self.lower_for(node, PyExpr(name(items)), recursion=(function, depth))
+        self.add(ir.Return(joined(parts)))
+        body = self.body
+        self.body, self.output, self.marking_messages = saved_body, saved_output, saved_marking
+        self.add(ir.Function(function, [ir.Parameter(items), ir.Parameter(depth)], body))
+        self.add(ir.Append(self.output, [Piece(call(name(function), self.expr(node.iter).node, const(1)))]))
+
+    def lower_for(self, node: nodes.For, iterable: PyExpr, recursion: tuple[str, str] | None = None) -> None:
+        uses = loop_attributes_used(node.body, self.error)
         items: ast.expr = iterable.node
         if node.test is not None:
             # `{% for x in xs if test %}`: loop attributes count the filtered items only.
@@ -417,7 +437,10 @@ class Lowering(ExpressionLowering, ValueKinds):
             index = self.fresh_name(f"{target.id}_index" if isinstance(target, ast.Name) else "index")
             loop_target = ast.Tuple(elts=[store(index), target], ctx=ast.Store())
             loop_iter = call("enumerate", items)
-        self.loops.append(LoopContext(index=index, items=items, uses=uses, changed=changed))
+        loop_context = LoopContext(index=index, items=items, uses=uses, changed=changed)
+        if recursion:
+            loop_context.function, loop_context.depth = recursion
+        self.loops.append(loop_context)
         saved, self.body = self.body, []
         if marks_messages:
             self.add(ir.ExprStmt(call("out.mark_message", name(target.id))))
@@ -633,6 +656,10 @@ class Lowering(ExpressionLowering, ValueKinds):
         value = self.filter_expr(node.filter, PyExpr(joined(parts), is_str=True))
         self.add(ir.Append(self.output, [Piece(value.as_str())]))
 
+    def keyword_name(self, key: str) -> str:
+        """The Python keyword of a macro call's ``key=`` argument (see :func:`parameter_name`)."""
+        return parameter_name(key)
+
     def inner_block(self, body: list[nodes.Node]) -> None:
         """``body`` in a scope of its own, as Jinja runs a ``filter`` or ``call`` body: a name it
         reads before its ``set`` sees the outer value, and its sets do not leak out."""
@@ -642,6 +669,25 @@ class Lowering(ExpressionLowering, ValueKinds):
         self.initialise_scope_reads(body, set())
         self.block(body)
         self.leave_scope()
+
+    def stmt_With(self, node: nodes.With) -> None:
+        """``{% with a = x, b = y %}body{% endwith %}``: values evaluated outside, names bound inside."""
+        self.comment(node, "{% with %}")
+        values = [self.expr(value).node for value in node.values]
+        targets = set().union(*(target_names(target) for target in node.targets))
+        scope = Scope(parent=self.scope)
+        self.scope = scope
+        self.rename_scope_locals(scope, targets | assigned_names(node.body), count_reads(node.body))
+        for target, value in zip(node.targets, values):
+            python_target = self.assign_target(target)
+            self.add(ir.Assign(python_target, value, note=self.rename_note(target, python_target)))
+        self.initialise_scope_reads(node.body, targets)
+        self.block(node.body)
+        self.leave_scope()
+
+    def stmt_Scope(self, node: nodes.Scope) -> None:
+        """A bare scope (Jinja wraps ``{% autoescape %}`` in one): its body in a scope of its own."""
+        self.inner_block(node.body)
 
     def stmt_ExprStmt(self, node: nodes.ExprStmt) -> None:
         if is_raise_exception(node.node):
@@ -668,7 +714,13 @@ class Lowering(ExpressionLowering, ValueKinds):
             for target in target_names(node.target):
                 body_reads[target] = 0  # reads of the loop variable outside this loop are all outside
         else:
-            assigned = {argument.name for argument in node.args} | assigned_names(node.body)
+            # a parameter keeps its name (a Python parameter shadows the outer name, as in Jinja), so
+            # that keyword calls `m(name=...)` reach it; only a Python keyword or builtin gets a `_`
+            arguments = {argument.name for argument in node.args}
+            for argument in sorted(arguments):
+                scope.names[argument] = parameter_name(argument)
+                scope.helpers.add(parameter_name(argument))
+            assigned = assigned_names(node.body) - arguments
             body_reads = Counter()
         self.rename_scope_locals(scope, assigned, body_reads)
         self.scope = scope
@@ -712,6 +764,11 @@ class Lowering(ExpressionLowering, ValueKinds):
                 return False
             node = node.node
         return isinstance(node, nodes.Name) and (self.scope.lookup(node.name) or node.name) in self.message_sources
+
+
+def parameter_name(argument: str) -> str:
+    """The Python name of a macro parameter (the same at the definition and in keyword calls)."""
+    return argument + "_" if argument in RESERVED_NAMES or not argument.isidentifier() else argument
 
 
 def free_variables(body: list[ir.Stmt], enclosing: set[str]) -> list[str]:

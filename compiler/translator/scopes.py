@@ -152,6 +152,8 @@ def describe(node: nodes.Node) -> str:
         "Extends": "{% extends %}",
         "Block": "{% block %}",
         "Scope": "{% scope %}",
+        "ScopedEvalContextModifier": "{% autoescape %}",
+        "EvalContextModifier": "{% autoescape %}",
     }
     return names.get(type(node).__name__, type(node).__name__)
 
