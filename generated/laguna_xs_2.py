@@ -33,7 +33,9 @@ class LagunaXs2Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
-    TURN = TurnFormat(close="\n</assistant>", after_close="\n", stop_tokens=("</assistant>",))
+    TURN = TurnFormat(
+        close="\n</assistant>", after_close="\n", stop_tokens=("</assistant>",), content_lead="\n"
+    )
     REASONING = ReasoningFormat(
         open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n"
     )
