@@ -91,7 +91,7 @@ def test_roles_and_turns_are_learned_with_an_empty_tool_list(tmp_path):
 # used to fold the filter into a Markup constant in the shared AST, and the generated code then
 # named an undefined `Markup`.
 SAFE_LITERAL = (
-    "{% for m in messages %}<|{{ m.role }}|>{{ \"Say '\"|safe + m.content + \"'\"|safe }}<|end|>\n{% endfor %}"
+    '{% for m in messages %}<|{{ m.role }}|>{{ "Say \'"|safe + m.content + "\'"|safe }}<|end|>\n{% endfor %}'
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
