@@ -10,6 +10,7 @@ generated renderer (see :mod:`rllm_renderers.formats`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,8 +150,7 @@ class Prober:
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
         last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
-        lead = completion[: completion.index(CONTENT)]
-        content_lead = lead if lead and not lead.strip() else ""
+        content_lead = completion[: completion.index(CONTENT)]
         between = self.text_before_last_message(
             [USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}], CONTENT
         )
@@ -458,6 +458,9 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
     turn = attempt("turn", lambda: prober.turn_format(eos_token))
     reasoning = attempt("reasoning", prober.reasoning_format)
     tools = attempt("tool_calls", prober.tool_call_format)
+    if turn is not None and reasoning is not None and turn.content_lead.strip():
+        # the lead is an (empty) reasoning block the parser reads itself; only its whitespace stays
+        turn = dataclasses.replace(turn, content_lead="")
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
     return ProbeFacts(

@@ -35,7 +35,9 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ()
     TOOL_ARGUMENTS = "either"
-    TURN = TurnFormat(close="<|im_end|>", stop_tokens=("<|im_end|>",))
+    TURN = TurnFormat(
+        close="<|im_end|>", stop_tokens=("<|im_end|>",), content_lead="<think></think>"
+    )
     REASONING = None
     TOOL_CALLS = None
     PREFIX_STABLE = False

@@ -60,8 +60,9 @@ class TurnFormat:
     close: str
     after_close: str = ""
     stop_tokens: tuple[str, ...] = ()
-    #: whitespace the template writes between the generation prompt and a plain answer's content
-    #: (``"ASSISTANT:"`` then ``" "``): the model samples it, but it is not content
+    #: what the template writes between the generation prompt and a plain answer's content when
+    #: no reasoning format covers it (``"ASSISTANT:"`` then ``" "``; Kimi's empty
+    #: ``<think></think>``): the model samples it, but it is not content
     content_lead: str = ""
 
 

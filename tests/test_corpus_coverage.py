@@ -74,8 +74,14 @@ def test_the_learned_close_is_what_the_template_writes_and_parses_back(entry):
     prompt_text = renderer.render_text([USER], add_generation_prompt=True)
     last = renderer.render_text([USER, ANSWER])
     middle = renderer.render_text([USER, ANSWER, USER])
-    # mid-conversation the template writes content, then the close and after_close, then the next message
-    assert ANSWER["content"] + turn.close + turn.after_close in middle or not turn.close
+    # the close is what the template writes right after the last answer (what the model samples);
+    # mid-conversation it writes after_close before the next message (gpt-oss closes with <|end|> there)
+    assert ANSWER["content"] + turn.close in last
+    output = renderer._render_output([USER, ANSWER, USER], None, False)
+    next_start = next(offset for offset, index in output.message_spans() if index == 2)
+    between = middle[middle.index(ANSWER["content"]) + len(ANSWER["content"]) : next_start]
+    assert between.endswith(turn.after_close)
+    assert between == turn.close + turn.after_close or not renderer.PREFIX_STABLE
     stops = renderer.get_stop_strings()
     assert stops and all(stop for stop in stops)
     # what the model samples after the generation prompt ends at the first stop; parsing it gives the content
