@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -57,7 +58,12 @@ def parse_template(source: str, name: str) -> nodes.Template:
 
 
 def free_variables(ast: nodes.Template) -> set[str]:
-    return set(meta.find_undeclared_variables(ast)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+    # find_undeclared_variables runs Jinja's code generator, whose optimizer folds constants in
+    # place (`"x" | safe` becomes a Markup constant): give it a copy, the translator needs the
+    # template as written
+    environment = getattr(ast, "environment", None)
+    copied = copy.deepcopy(ast, {id(environment): environment} if environment is not None else None)
+    return set(meta.find_undeclared_variables(copied)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
 
 
 def compared_roles(ast: nodes.Template) -> tuple[str, ...]:
@@ -91,18 +97,70 @@ UNKNOWN_ROLE_PROBE = [
 ]
 
 
-def accepted_roles(oracle, compared: tuple[str, ...]) -> tuple[str, ...]:
+#: Uniform knob values tried when a probe conversation does not render with the knobs unset
+#: (firefunction-v2 concatenates its ``functions`` and ``datetime`` knobs unguarded).
+PROBE_KNOB_VALUES = ("custom value", True, False)
+
+
+def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> str:
+    """The oracle's text for a probe conversation, in the first setting it renders in: no tools,
+    then an empty tool list (Hermes-3 and Phi-4 iterate ``tools`` unguarded); knobs unset, then all
+    set to one of PROBE_KNOB_VALUES. Raises the first OracleRejected when none renders."""
+    from .oracle import OracleRejected
+
+    knob_settings = [{}] + [{knob: value for knob in knobs} for value in PROBE_KNOB_VALUES if knobs]
+    first = None
+    for knob_values in knob_settings:
+        for tools in (None, []):
+            try:
+                return oracle.render_text(messages, tools=tools, knobs=knob_values)
+            except OracleRejected as exc:
+                first = first or exc
+    raise first
+
+
+def accepted_roles(oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
-    message, else the roles the template compares with. A template that silently drops messages
-    of other roles (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses
-    them with an error naming the role, since a dropped message is never what a caller meant."""
+    message, else the roles the template compares with, plus the standard roles whose messages it
+    renders without naming them as constants (``message.role == user_token`` after
+    ``{% set user_token = "user" %}``). A template that silently drops messages of other roles
+    (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses them with an
+    error naming the role, since a dropped message is never what a caller meant."""
     from .oracle import OracleRejected
 
     try:
-        text = oracle.render_text(UNKNOWN_ROLE_PROBE)
+        text = render_probe(oracle, UNKNOWN_ROLE_PROBE, knobs)
     except OracleRejected:
-        return compared
-    return () if "zzq7content" in text else compared
+        text = ""
+    if "zzq7content" in text:
+        return ()
+    rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role, knobs)}
+    return tuple(sorted(set(compared) | rendered))
+
+
+STANDARD_ROLES = ("system", "user", "assistant", "tool")
+_PROBE_USER = {"role": "user", "content": "Hello."}
+_PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+
+
+def renders_role(oracle, role: str, knobs: tuple[str, ...] = ()) -> bool:
+    """Whether some short conversation ending in a ``role`` message shows that message's content."""
+    from .oracle import OracleRejected
+
+    message = {"role": role, "content": "zzq7content"}
+    contexts = (
+        [],
+        [_PROBE_USER],
+        [_PROBE_USER, {"role": "assistant", "content": "Hi."}],
+        [_PROBE_USER, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}],
+    )
+    for context in contexts:
+        try:
+            if "zzq7content" in render_probe(oracle, [*context, message], knobs):
+                return True
+        except OracleRejected:
+            continue
+    return False
 
 
 def split_free_variables(
@@ -155,7 +213,7 @@ def special_tokens_read(ast: nodes.Template) -> tuple[str, ...]:
 PROBE_ARGUMENTS = {"city": "Paris", "days": 3}
 
 
-def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
+def probe_tool_arguments(oracle, roles: tuple[str, ...], knobs: tuple[str, ...] = ()) -> str:
     """Which form of tool-call arguments the template renders faithfully.
 
     Renders one tool call with dict arguments and one with the same arguments as
@@ -176,7 +234,7 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...]) -> str:
                 {"role": "assistant", "content": content, "tool_calls": [call]},
             ]
             try:
-                text = oracle.render_text(messages)
+                text = render_probe(oracle, messages, knobs)
             except OracleRejected:
                 continue
             if "get_weather" in text:
@@ -226,7 +284,7 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
     """
     ast = parse_template(source, name)
     knobs, special, runtime = split_free_variables(ast, special_tokens, name)
-    roles = accepted_roles(oracle, compared_roles(ast))
+    roles = accepted_roles(oracle, compared_roles(ast), knobs)
     return TemplateFacts(
         name=name,
         source=source,
@@ -235,7 +293,7 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
         knobs=knobs,
         special_tokens=special,
         roles=roles,
-        tool_arguments=probe_tool_arguments(oracle, roles),
+        tool_arguments=probe_tool_arguments(oracle, roles, knobs),
         runtime_special_tokens=runtime,
         undefined_names=undefined_names(ast),
     )

@@ -16,6 +16,7 @@ case shrinks to a small readable conversation.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import string
 from dataclasses import asdict, dataclass, field
@@ -91,6 +92,9 @@ class ConversationFeatures:
     # Roles to draw; must include "user". Other roles than these four appear only in odd conversations.
     roles: tuple[str, ...] = ("system", "user", "assistant", "tool")
     knobs: tuple[tuple[str, tuple], ...] = ()  # (knob name, candidate values); the knob may also be left unset
+    # knob values every case starts from: empty, unless the template renders nothing with its knobs
+    # unset (firefunction-v2 concatenates its `functions` knob unguarded)
+    base_knobs: tuple[tuple[str, Any], ...] = ()
     arguments_form: str = "dict"  # tool-call `arguments` as "dict" (HF convention) or "string" (OpenAI JSON string)
     max_messages: int = 10
     reasoning: bool = True  # draw `reasoning_content` on assistant messages
@@ -311,7 +315,8 @@ def _odd(draw, features: ConversationFeatures, tool_names: list[str]) -> list[di
 def _knobs(features: ConversationFeatures) -> st.SearchStrategy[dict]:
     """Each knob unset (the shrink target) or one of its candidate values."""
     per_knob = [st.sampled_from((_UNSET, *values)).map(lambda v, n=name: (n, v)) for name, values in features.knobs]
-    return st.tuples(*per_knob).map(lambda pairs: {n: v for n, v in pairs if v is not _UNSET})
+    base = dict(features.base_knobs)
+    return st.tuples(*per_knob).map(lambda pairs: {**base, **{n: v for n, v in pairs if v is not _UNSET}})
 
 
 @st.composite
@@ -388,4 +393,5 @@ def fixed_edge_cases(features: ConversationFeatures = ConversationFeatures()) ->
     base = [user, answer]
     cases += [Case(base, knobs={name: value}) for name, values in features.knobs for value in values]
     cases = [case for case in cases if all(m["role"] in features.roles for m in case.messages)]
+    cases = [dataclasses.replace(case, knobs={**dict(features.base_knobs), **case.knobs}) for case in cases]
     return copy.deepcopy(cases)  # no message dict shared between cases

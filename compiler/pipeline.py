@@ -104,7 +104,7 @@ def added_token_strings(
 def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> ProbeFacts:
     """Probe the first-pass class (an exact translation) for the facts parse and bridge need."""
     tokenizer, facts, placeholders = prepared.tokenizer, prepared.facts, prepared.placeholders
-    renderer = renderer_class(tokenizer, special_tokens=placeholders)
+    renderer = renderer_class(tokenizer, special_tokens=placeholders, **dict(features.base_knobs))
     eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     markers = added_token_strings(tokenizer, facts, placeholders, prepared.source.added_tokens)
@@ -164,7 +164,9 @@ def compile_source(
         oracle_version=ORACLE_VERSION,
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
-    features = features_for(first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast))
+    features = features_for(
+        first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
+    )
     turn = learn_turn_format(first_pass, prepared, features)
     code = emit_module(facts, spec, turn)
     if parent_module is not None:

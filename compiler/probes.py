@@ -96,10 +96,13 @@ class Prober:
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
             return self.render_raw(messages, add_generation_prompt)
-        try:
-            return self.renderer.render_text(messages, add_generation_prompt=add_generation_prompt)
-        except ValueError:
-            return None
+        # a template that cannot render without a tool list is probed with an empty one
+        for tools in (None, []):
+            try:
+                return self.renderer.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+            except ValueError:
+                continue
+        return None
 
     def render_raw(self, messages: list[dict], add_generation_prompt: bool) -> str | None:
         """The template on messages as given, None values kept (transformers would drop them).

@@ -15,7 +15,7 @@ import difflib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
@@ -78,52 +78,80 @@ class VerificationReport:
 
 
 def features_for(
-    renderer_class: type, knob_candidates: dict[str, tuple], template_roles: tuple[str, ...] = ()
+    renderer_class: type,
+    knob_candidates: dict[str, tuple],
+    template_roles: tuple[str, ...] = (),
+    special_tokens: dict[str, str] | None = None,
 ) -> ConversationFeatures:
     """What to draw for this template: its roles, knob values it accepts, its tool-call limits.
 
     ``template_roles`` are the roles the template compares with; a template that renders any
     role (``ROLES == ()``) is still exercised with the ones it names (Gemma-3 names no tool role).
+    ``special_tokens`` are the values for the special tokens the class reads when it is built
+    (without them a template that writes ``bos_token`` renders nothing to probe).
     """
+    build = probe_builder(renderer_class, special_tokens)
     named = renderer_class.ROLES or tuple(template_roles)
     roles = tuple(role for role in DEFAULT_ROLES if role in named) or DEFAULT_ROLES
     roles = tuple(dict.fromkeys(roles + ("user", "assistant")))
     arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
-    knobs = tuple(
-        (knob, accepted_knob_values(renderer_class, knob, knob_candidates.get(knob, (True, False))))
-        for knob in renderer_class.KNOBS
-    )
+    candidates = {knob: knob_candidates.get(knob, (True, False)) for knob in renderer_class.KNOBS}
+    base = base_knob_values(build, candidates)
+    knobs = tuple((knob, accepted_knob_values(build, knob, candidates[knob], base)) for knob in renderer_class.KNOBS)
     return ConversationFeatures(
         roles=roles,
         knobs=knobs,
+        base_knobs=tuple(base.items()),
         arguments_form=arguments_form,
         tool_calls="tool" in roles,
-        max_tool_calls=max_tool_calls(renderer_class),
+        max_tool_calls=max_tool_calls(build),
     )
 
 
 PROBE_CONVERSATION = [{"role": "user", "content": "Hello."}]
 
 
-def accepted_knob_values(renderer_class: type, knob: str, candidates: tuple) -> tuple:
-    """The candidate values with which the template renders a plain conversation."""
-    accepted = []
-    for value in candidates:
-        try:
-            renderer_class(None, **{knob: value}).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
-        except ValueError:
-            continue
-        accepted.append(value)
-    return tuple(accepted) or candidates[:1]
+def probe_builder(renderer_class: type, special_tokens: dict[str, str] | None) -> Callable[..., Any]:
+    """Builds a tokenizer-less instance with these knobs (and the special-token values the class
+    reads when it is built: without them a template that writes ``bos_token`` renders nothing)."""
+    return lambda **knobs: renderer_class(None, special_tokens=dict(special_tokens or {}), **knobs)
 
 
-def max_tool_calls(renderer_class: type) -> int:
+def renders_plainly(build: Callable[..., Any], knobs: dict) -> bool:
+    try:
+        build(**knobs).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
+    except ValueError:
+        return False
+    return True
+
+
+def base_knob_values(build: Callable[..., Any], candidates: dict[str, tuple]) -> dict:
+    """Knob values every case starts from: none when the template renders a plain conversation
+    with its knobs unset; else the first choice, taking the i-th candidate of every knob, that
+    renders it (firefunction-v2 needs both `functions` and `datetime` to be strings)."""
+    if not candidates or renders_plainly(build, {}):
+        return {}
+    for position in range(max(len(values) for values in candidates.values())):
+        choice = {knob: values[min(position, len(values) - 1)] for knob, values in candidates.items() if values}
+        if renders_plainly(build, choice):
+            return choice
+    return {}
+
+
+def accepted_knob_values(build: Callable[..., Any], knob: str, candidates: tuple, base: dict | None = None) -> tuple:
+    """The candidate values with which the template renders a plain conversation (the other
+    knobs at their ``base`` values)."""
+    accepted = tuple(value for value in candidates if renders_plainly(build, {**(base or {}), knob: value}))
+    return accepted or candidates[:1]
+
+
+def max_tool_calls(build: Callable[..., Any]) -> int:
     """1 when the template refuses two tool calls in one turn (Llama 3.x), else 3."""
     call = {"id": "call00001", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
     for content in (None, ""):
         turn = {"role": "assistant", "content": content, "tool_calls": [call, dict(call, id="call00002")]}
         try:
-            renderer_class(None).render_text(PROBE_CONVERSATION + [turn])
+            build().render_text(PROBE_CONVERSATION + [turn])
         except ValueError:
             continue
         return 3
@@ -247,7 +275,7 @@ def verify(
     reads at run time (placeholders when there is no tokenizer); the class is built with them.
     """
     checker = DifferentialChecker(renderer_class, oracle, tokenizer, special_tokens)
-    features = features_for(renderer_class, knob_candidates or {}, template_roles)
+    features = features_for(renderer_class, knob_candidates or {}, template_roles, special_tokens)
     report = checker.report
 
     def check_and_record(case: Case) -> Failure | None:
@@ -293,7 +321,12 @@ def verify(
     except AssertionError:
         # hypothesis replays the shrunk example last, so the last failure is the smallest.
         checker.report.failure = failures[-1]
-    return checker.report
+    report = checker.report
+    if report.failure is None and report.text_checked and report.rejected_alike == report.text_checked:
+        # every conversation was refused by both sides: agreement on refusals proves no rendering
+        reason = f"the template rendered none of the {report.text_checked} conversations tried, so nothing was verified"
+        report.failure = Failure(Case(list(PROBE_CONVERSATION), add_generation_prompt=True), reason)
+    return report
 
 
 def text_diff(expected: str, actual: str) -> str:

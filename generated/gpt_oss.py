@@ -19,7 +19,7 @@ class GptOssRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): builtin_tools, model_identity, reasoning_effort.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|return|>' (stops: '<|return|>', '<|call|>');
+    Assistant turns end with '<|return|>' (stop tokens: <|return|>, <|call|>);
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|start|>assistant'.
     Reasoning: '<|channel|>analysis<|message|>' ... '<|end|><|start|>assistant'.

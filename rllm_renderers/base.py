@@ -453,8 +453,17 @@ class GeneratedRenderer(ABC):
         """
         if self._generation_prompt is None:
             probe = [{"role": "user", "content": "Hello."}]
-            without = self.render_text(probe)
-            output = self._render_output(probe, None, True)
+            # Some templates only render with a tool list (Hermes iterates `tools` unguarded):
+            # probe without tools first, then with an empty list.
+            for tools in (None, []):
+                try:
+                    without = self.render_text(probe, tools=tools)
+                    output = self._render_output(probe, tools, True)
+                except jinja.TemplateError:
+                    if tools is None:
+                        continue
+                    raise
+                break
             with_prompt = output.text()
             prompt = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
             if not prompt and with_prompt == without:

@@ -58,6 +58,7 @@ __all__ = [
     "GLOBALS",
     "REFUSED_GLOBALS",
     "raise_exception",
+    "missing_filter_or_test",
     "strftime_now",
     "safe_range",
     "new_dict",
@@ -72,6 +73,13 @@ __all__ = [
 def raise_exception(message: Any) -> Any:
     """transformers' ``raise_exception(message)``."""
     raise TemplateError(str(message))
+
+
+def missing_filter_or_test(kind: str, name: str, *evaluated: Any) -> Any:
+    """A filter or test the environment does not have, used inside an ``if`` or an inline if:
+    Jinja compiles the template and raises only when that branch runs (after evaluating the
+    value and arguments, here ``evaluated``)."""
+    raise TemplateError(f"No {kind} named {name!r} found.")
 
 
 def strftime_now(format: str) -> str:

@@ -12,12 +12,17 @@ import ast
 from dataclasses import dataclass
 
 from jinja2 import nodes
+from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
 
 from rllm_renderers import template_runtime
 
 from . import ir
 from .ir import attribute, call, const, jinja, name, store, subscript
 from .scopes import describe, is_split_end
+
+# The filters and tests transformers' chat-template environment has (jinja2's plus ``tojson``).
+JINJA_FILTERS = frozenset(DEFAULT_FILTERS) | {"tojson"}
+JINJA_TESTS = frozenset(DEFAULT_TESTS)
 
 BINARY_OPERATORS = {
     nodes.Add: ast.Add,
@@ -333,6 +338,8 @@ class ExpressionLowering:
         if readable is not None:
             return PyExpr(readable)
         helper = template_runtime.TESTS.get(test)
+        if helper is None and test not in JINJA_TESTS:
+            return PyExpr(call("jinja.missing_filter_or_test", const("test"), const(test), value.node, *arguments))
         if helper is None:
             raise self.error(node, f"cannot translate the test `is {test}`")
         return PyExpr(ast.Call(func=jinja(helper.__name__), args=[value.node, *arguments], keywords=keywords))
@@ -360,6 +367,11 @@ class ExpressionLowering:
         if filter_name in template_runtime.REFUSED_FILTERS:
             raise self.error(node, f"cannot translate the filter `{filter_name}`: {template_runtime.REFUSED_FILTERS[filter_name]}")
         helper = template_runtime.FILTERS.get(filter_name)
+        if helper is None and filter_name not in JINJA_FILTERS:
+            # not a filter of transformers' environment: the template compiled, so it sits in an if
+            # or an inline if, and Jinja raises only when that branch runs
+            missing = call("jinja.missing_filter_or_test", const("filter"), const(filter_name), value.node, *arguments)
+            return PyExpr(missing)
         if helper is None:
             raise self.error(node, f"cannot translate the filter `{filter_name}`")
         markup = filter_name in template_runtime.MARKUP_FILTERS or (

@@ -51,6 +51,13 @@ class ValueKinds:
             and isinstance(assign.target, nodes.Name)
             and is_namespace_call(assign.node)
         }
+        macros = {macro.name: macro for macro in template.find_all(nodes.Macro)}
+        macro_calls = [
+            call
+            for call in template.find_all(nodes.Call)
+            if isinstance(call.node, nodes.Name) and call.node.name in macros
+        ]
+        loops = list(template.find_all(nodes.For))
         while True:  # to a fixed point: `{% set a = [1] %}{% set b = a %}` makes both computed
             known = (set(self.computed_names), set(self.computed_attributes))
             for assign in assignments:
@@ -58,6 +65,15 @@ class ValueKinds:
                     if isinstance(assign.target, nodes.NSRef):
                         self.computed_attributes.add(assign.target.attr)
                     self.computed_names |= target_names(assign.target)
+            for loop in loops:
+                # an item of a computed sequence is computed (`{% for x in [{'a': 1}] %}{{ x.b }}`)
+                if self.is_computed(loop.iter):
+                    self.computed_names |= target_names(loop.target)
+            for call in macro_calls:
+                # a parameter some call passes a computed value (`f(spec | items)`, `f({"type": t})`)
+                parameters = [parameter.name for parameter in macros[call.node.name].args]
+                passed = list(zip(parameters, call.args)) + [(keyword.key, keyword.value) for keyword in call.kwargs]
+                self.computed_names |= {name for name, value in passed if self.is_computed(value)}
             if known == (self.computed_names, self.computed_attributes):
                 break
         filters = template.find_all(nodes.Filter)
