@@ -22,11 +22,11 @@ class DeepseekV4Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): drop_thinking, enable_thinking, thinking_mode.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<｜end▁of▁sentence｜>' (stop tokens: <｜end▁of▁sentence｜>);
+    Assistant turns end with '<｜end▁of▁sentence｜>' (stops: '<｜end▁of▁sentence｜>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<｜Assistant｜><think>'.
     Reasoning: '<think>' ... '</think>'.
-    Tool calls (xml): '<｜DSML｜invoke name="' NAME '">\n' ARGUMENTS '</｜DSML｜invoke>\n'.
+    Tool calls (xml): '<｜DSML｜invoke name="' NAME '">\n' ARGUMENTS '</｜DSML｜invoke>'.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
@@ -38,13 +38,14 @@ class DeepseekV4Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN}
     ROLES = ("assistant", "developer", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<｜end▁of▁sentence｜>", stop_tokens=("<｜end▁of▁sentence｜>",))
     REASONING = ReasoningFormat(open="<think>", close="</think>")
     TOOL_CALLS = ToolCallFormat(
         style="xml",
         call_start='<｜DSML｜invoke name="',
         name_end='">\n',
-        call_end="</｜DSML｜invoke>\n",
+        call_end="</｜DSML｜invoke>",
         parameter_start='<｜DSML｜parameter name="',
         parameter_value='" string="true">',
         parameter_end="</｜DSML｜parameter>\n",
@@ -60,29 +61,16 @@ class DeepseekV4Renderer(GeneratedRenderer):
         enable_thinking = self.knobs["enable_thinking"]
         thinking_mode = self.knobs["thinking_mode"]
         # L14: {% if %}
-        if jinja.defined(thinking_mode) and thinking_mode not in ["thinking", "chat"]:
-            out.append(
-                str(
-                    jinja.raise_exception(
-                        'thinking_mode must be "thinking" or "chat", not ' + str(thinking_mode)
-                    )
-                )
-            )
+        if jinja.is_defined(thinking_mode) and thinking_mode not in ["thinking", "chat"]:
+            raise jinja.TemplateError('thinking_mode must be "thinking" or "chat", not ' + str(thinking_mode))
         # L17: {% if %}
-        if jinja.defined(thinking_mode):
+        if jinja.is_defined(thinking_mode):
             thinking = thinking_mode == "thinking"
         else:
-            thinking = not jinja.defined(enable_thinking) or enable_thinking
+            thinking = not jinja.is_defined(enable_thinking) or enable_thinking
         drop = jinja.default(drop_thinking, True) and not tools
         ns = jinja.Namespace(
-            last_user=-1,
-            first_system=-1,
-            after_user=False,
-            calls=[],
-            results=[],
-            slot=0,
-            in_run=False,
-            position=0,
+            last_user=-1, first_system=-1, after_user=False, calls=[], results=[], slot=0, in_run=False, position=0
         )
         # L26: {% for %}
         for message_index, message in enumerate(messages):
@@ -97,14 +85,11 @@ class DeepseekV4Renderer(GeneratedRenderer):
         def macro_tools_section():
             parts_ = []
             parts_.append(
-                "\n\n"
-                + '## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="$TOOL_NAME">\n<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name="$TOOL_NAME2">\n...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n'
+                '\n\n## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="$TOOL_NAME">\n<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name="$TOOL_NAME2">\n...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n'
             )
             # L59: {% for %}
             for tool_index, tool in enumerate(tools):
-                parts_.append(
-                    jinja.tojson(tool["function"]) + ("\n" if tool_index != len(tools) - 1 else "")
-                )
+                parts_.append(jinja.tojson(tool["function"]) + ("\n" if tool_index != len(tools) - 1 else ""))
             parts_.append(
                 "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
             )
@@ -120,7 +105,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
             dropped = thinking and drop and message_index < ns.last_user
             # L73: {% if %} on the message's role
             if message["role"] == "system":
-                self.render_system(out, message, message_index, tools, macro_tools_section, ns)
+                self.render_system(out, message, message_index, tools, ns, macro_tools_section)
             elif message["role"] == "user" or message["role"] == "tool":
                 self.render_user_or_tool(out, message, message_index, messages, ns)
             elif message["role"] == "developer":
@@ -128,22 +113,15 @@ class DeepseekV4Renderer(GeneratedRenderer):
             elif message["role"] == "assistant":
                 self.render_assistant(out, message, thinking, dropped, ns, EOS_TOKEN)
             elif not dropped:
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "message "
-                            + str(message_index)
-                            + ": DeepSeek-V4 has no role "
-                            + str(message["role"])
-                        )
-                    )
+                raise jinja.TemplateError(
+                    "message " + str(message_index) + ": DeepSeek-V4 has no role " + str(message["role"])
                 )
         out.mark_scaffold()
         # L153: {% if %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if thinking else "</think>"))
 
-    def render_system(self, out, message, message_index, tools, macro_tools_section, ns):
+    def render_system(self, out, message, message_index, tools, ns, macro_tools_section):
         """The template's system branch of the message loop (lines 73-78)."""
         out.append(str(message["content"] or ""))
         # L75: {% if %}
@@ -167,20 +145,22 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     ns.position = 0
                     # L91: {% for %}
                     for call_index, call in enumerate(ns.calls):
-                        call_id = call["id"] or call["function"]["id"]
+                        call_id = jinja.getattribute(call, "id") or jinja.getattribute(
+                            jinja.getattribute(call, "function"), "id"
+                        )
                         # L93: {% if %}
                         if call_id and call_id == later["tool_call_id"]:
                             ns.position = call_index
                     ns.results = ns.results + [{"position": ns.position, "message": later}]
-            ns.results = list(
-                jinja.map_attribute(jinja.sort(ns.results, attribute="position"), "message")
+            ns.results = jinja.to_list(
+                jinja.filter_map(jinja.sort(ns.results, attribute="position"), attribute="message")
             )
             ns.slot = 0
         else:
             out.append("\n\n")
         # L105: {% if %}
         if message["role"] == "user":
-            out.append(str(message["content"]))
+            out.append_content(str(message["content"]))
         else:
             out.append(
                 "<tool_result>"
@@ -196,14 +176,9 @@ class DeepseekV4Renderer(GeneratedRenderer):
         if not dropped:
             # L114: {% if %}
             if not message["content"]:
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "message " + str(message_index) + ": a developer message needs content"
-                        )
-                    )
-                )
-            out.append("<｜User｜>" + str(message["content"]))
+                raise jinja.TemplateError("message " + str(message_index) + ": a developer message needs content")
+            out.append("<｜User｜>")
+            out.append_content(str(message["content"]))
             ns.after_user = True
 
     def render_assistant(self, out, message, thinking, dropped, ns, EOS_TOKEN):
@@ -223,22 +198,17 @@ class DeepseekV4Renderer(GeneratedRenderer):
             # L132: {% for %}
             items = list(message["tool_calls"])
             for call_index, call in enumerate(items):
-                out.append('<｜DSML｜invoke name="' + str(call["function"]["name"]) + '">\n')
+                out.append('<｜DSML｜invoke name="')
+                out.append_content(str(jinja.getattribute(jinja.getattribute(call, "function"), "name")))
+                out.append('">\n')
                 # L135: {% for %}
-                items_2 = list(jinja.items(call["function"]["arguments"]))
+                items_2 = list(jinja.items(jinja.getattribute(jinja.getattribute(call, "function"), "arguments")))
                 for index, (key, value) in enumerate(items_2):
                     # L136: {% if %}
                     if isinstance(value, str):
-                        out.append(
-                            '<｜DSML｜parameter name="' + str(key) + '" string="true">' + str(value)
-                        )
+                        out.append('<｜DSML｜parameter name="' + str(key) + '" string="true">' + value)
                     else:
-                        out.append(
-                            '<｜DSML｜parameter name="'
-                            + str(key)
-                            + '" string="false">'
-                            + jinja.tojson(value)
-                        )
+                        out.append('<｜DSML｜parameter name="' + str(key) + '" string="false">' + jinja.tojson(value))
                     out.append("</｜DSML｜parameter>" + ("\n" if index != len(items_2) - 1 else ""))
                 out.append("\n</｜DSML｜invoke>" + ("\n" if call_index != len(items) - 1 else ""))
             out.append("\n</｜DSML｜tool_calls>")

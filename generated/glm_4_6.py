@@ -35,6 +35,7 @@ class Glm46Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "parts"
     TURN = TurnFormat(close="", stop_tokens=("<|user|>", "<|observation|>"))
     REASONING = ReasoningFormat(open="<think>", close="</think>", after_close="\n")
     TOOL_CALLS = ToolCallFormat(
@@ -65,25 +66,6 @@ class Glm46Renderer(GeneratedRenderer):
             out.append(
                 "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
             )
-
-        # L23: {% macro visible_text %}
-        def macro_visible_text(content=jinja.Undefined("content")):
-            parts_ = []
-            # L24: {% if %}
-            if isinstance(content, str):
-                parts_.append(str(content))
-            elif jinja.is_iterable(content) and not isinstance(content, dict):
-                # L27: {% for %}
-                for item in content:
-                    # L28: {% if %}
-                    if isinstance(item, dict) and item["type"] == "text":
-                        parts_.append(str(item["text"]))
-                    elif isinstance(item, str):
-                        parts_.append(str(item))
-            else:
-                parts_.append(str(content))
-            return "".join(parts_)
-
         ns = jinja.Namespace(last_user_index=-1)
         # L39: {% for %}
         for m_index, m in enumerate(messages):
@@ -95,62 +77,75 @@ class Glm46Renderer(GeneratedRenderer):
             out.mark_message(m)
             # L45: {% if %} on the message's role
             if m["role"] == "user":
-                self.render_user(out, m, macro_visible_text, enable_thinking)
+                self.render_user(out, m, enable_thinking)
             elif m["role"] == "assistant":
-                self.render_assistant(out, m, m_index, macro_visible_text, ns)
+                self.render_assistant(out, m, m_index, ns)
             elif m["role"] == "tool":
                 self.render_tool(out, m, m_index, messages)
             elif m["role"] == "system":
-                self.render_system(out, m, macro_visible_text)
+                self.render_system(out, m)
         out.mark_scaffold()
         # L104: {% if %}
         if add_generation_prompt:
             out.append(
                 "<|assistant|>"
-                + (
-                    "\n<think></think>"
-                    if jinja.defined(enable_thinking) and not enable_thinking
-                    else ""
-                )
+                + ("\n<think></think>" if jinja.is_defined(enable_thinking) and not enable_thinking else "")
             )
 
-    def render_user(self, out, m, macro_visible_text, enable_thinking):
+    def macro_visible_text(self, content=jinja.Undefined("content")):
+        """The template's macro visible_text (lines 23-35)."""
+        parts_ = []
+        # L24: {% if %}
+        if isinstance(content, str):
+            parts_.append(content)
+        elif jinja.is_iterable(content) and not jinja.is_mapping(content):
+            # L27: {% for %}
+            for item in content:
+                # L28: {% if %}
+                if jinja.is_mapping(item) and jinja.getattribute(item, "type") == "text":
+                    parts_.append(str(jinja.getattribute(item, "text")))
+                elif isinstance(item, str):
+                    parts_.append(item)
+        else:
+            parts_.append(str(content))
+        return "".join(parts_)
+
+    def render_user(self, out, m, enable_thinking):
         """The template's user branch of the message loop (lines 45-47)."""
+        out.append("<|user|>\n")
+        out.append_content(self.macro_visible_text(m["content"]))
         out.append(
-            "<|user|>\n"
-            + macro_visible_text(m["content"])
-            + (
-                "/nothink"
-                if jinja.defined(enable_thinking)
-                and not enable_thinking
-                and not macro_visible_text(m["content"]).endswith("/nothink")
-                else ""
-            )
+            "/nothink"
+            if jinja.is_defined(enable_thinking)
+            and not enable_thinking
+            and not self.macro_visible_text(m["content"]).endswith("/nothink")
+            else ""
         )
 
-    def render_assistant(self, out, m, m_index, macro_visible_text, ns):
+    def render_assistant(self, out, m, m_index, ns):
         """The template's assistant branch of the message loop (lines 48-82)."""
         out.append("<|assistant|>")
         reasoning_content = ""
-        content_2 = macro_visible_text(m["content"])
+        content = self.macro_visible_text(m["content"])
         # L52: {% if %}
         if isinstance(m["reasoning_content"], str):
             reasoning_content = m["reasoning_content"]
         else:
             # L55: {% if %}
-            if "</think>" in content_2:
-                reasoning_content = (
-                    content_2.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                )
-                content_2 = content_2.split("</think>")[-1].lstrip("\n")
+            if "</think>" in content:
+                reasoning_content = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                content = content.split("</think>")[-1].lstrip("\n")
         # L60: {% if %}
         if m_index > ns.last_user_index and reasoning_content:
-            out.append("\n<think>" + reasoning_content.strip() + "</think>")
+            out.append("\n<think>")
+            out.append_content(reasoning_content.strip())
+            out.append("</think>")
         else:
             out.append("\n<think></think>")
         # L65: {% if %}
-        if content_2.strip():
-            out.append("\n" + content_2.strip())
+        if content.strip():
+            out.append("\n")
+            out.append_content(content.strip())
         # L68: {% if %}
         if m["tool_calls"]:
             # L69: {% for %}
@@ -158,19 +153,15 @@ class Glm46Renderer(GeneratedRenderer):
                 # L70: {% if %}
                 if tc["function"]:
                     tc = tc["function"]
-                out.append("\n<tool_call>" + tc["name"] + "\n")
+                out.append("\n<tool_call>")
+                out.append_content(tc["name"])
+                out.append("\n")
                 _args = tc["arguments"] or {}
                 # L75: {% if %}
-                if not isinstance(_args, dict):
-                    out.append(
-                        "    "
-                        + str(
-                            jinja.raise_exception(
-                                "Invalid tool call arguments passed: " + str(_args)
-                            )
-                        )
-                        + "\n"
-                    )
+                if not jinja.is_mapping(_args):
+                    out.append("    ")
+                    raise jinja.TemplateError("Invalid tool call arguments passed: " + str(_args))
+                    out.append("\n")
                 # L78: {% for %}
                 for k, v in _args.items():
                     out.append(
@@ -189,17 +180,20 @@ class Glm46Renderer(GeneratedRenderer):
             # L86: {% if %}
             if m_index == 0 or messages[m_index - 1]["role"] != "tool":
                 out.append("<|observation|>")
-            out.append("\n<tool_response>\n" + str(m["content"]) + "\n</tool_response>")
+            out.append("\n<tool_response>\n")
+            out.append_content(str(m["content"]))
+            out.append("\n</tool_response>")
         else:
             out.append("<|observation|>")
             # L93: {% for %}
             for tr in m["content"]:
                 out.append(
                     "\n<tool_response>\n"
-                    + str(tr["output"] if jinja.defined(tr["output"]) else tr)
+                    + str(tr["output"] if jinja.is_defined(tr["output"]) else tr)
                     + "\n</tool_response>"
                 )
 
-    def render_system(self, out, m, macro_visible_text):
+    def render_system(self, out, m):
         """The template's system branch of the message loop (lines 99-101)."""
-        out.append("<|system|>\n" + macro_visible_text(m["content"]))
+        out.append("<|system|>\n")
+        out.append_content(self.macro_visible_text(m["content"]))

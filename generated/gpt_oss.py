@@ -19,7 +19,7 @@ class GptOssRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): builtin_tools, model_identity, reasoning_effort.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|return|>' (stop tokens: <|return|>, <|call|>);
+    Assistant turns end with '<|return|>' (stops: '<|return|>', '<|call|>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|start|>assistant'.
     Reasoning: '<|channel|>analysis<|message|>' ... '<|end|><|start|>assistant'.
@@ -138,99 +138,101 @@ class GptOssRenderer(GeneratedRenderer):
         """The template's macro render_typescript_type (lines 10-104)."""
         parts_ = []
         # L11: {% if %}
-        if param_spec["type"] == "array":
+        if jinja.getattribute(param_spec, "type") == "array":
             # L12: {% if %}
-            if param_spec["items"]:
+            if jinja.getitem(param_spec, "items"):
                 # L13: {% if %}
-                if param_spec["items"]["type"] == "string":
+                if jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "string":
                     parts_.append("string[]")
-                elif param_spec["items"]["type"] == "number":
+                elif jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "number":
                     parts_.append("number[]")
-                elif param_spec["items"]["type"] == "integer":
+                elif jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "integer":
                     parts_.append("number[]")
-                elif param_spec["items"]["type"] == "boolean":
+                elif jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "boolean":
                     parts_.append("boolean[]")
                 else:
-                    inner_type = self.macro_render_typescript_type(param_spec["items"], required_params)
+                    inner_type = self.macro_render_typescript_type(jinja.getitem(param_spec, "items"), required_params)
                     # L23: {% if %}
                     if inner_type == "object | object" or jinja.length(inner_type) > 50:
                         parts_.append("any[]")
                     else:
                         parts_.append(inner_type + "[]")
                 # L29: {% if %}
-                if param_spec["nullable"]:
+                if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
             else:
                 parts_.append("any[]")
                 # L34: {% if %}
-                if param_spec["nullable"]:
+                if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
         elif (
-            jinja.is_defined(param_spec["type"])
-            and jinja.is_iterable(param_spec["type"])
-            and not isinstance(param_spec["type"], str)
-            and not jinja.is_mapping(param_spec["type"])
-            and jinja.is_defined(param_spec["type"][0])
+            jinja.is_defined(jinja.getattribute(param_spec, "type"))
+            and jinja.is_iterable(jinja.getattribute(param_spec, "type"))
+            and not isinstance(jinja.getattribute(param_spec, "type"), str)
+            and not jinja.is_mapping(jinja.getattribute(param_spec, "type"))
+            and jinja.is_defined(jinja.getitem(jinja.getattribute(param_spec, "type"), 0))
         ):
             # L40: {% if %}
-            if len(param_spec["type"]) > 1:
-                parts_.append(jinja.join(param_spec["type"], " | "))
+            if jinja.length(jinja.getattribute(param_spec, "type")) > 1:
+                parts_.append(jinja.join(jinja.getattribute(param_spec, "type"), " | "))
             else:
-                parts_.append(str(param_spec["type"][0]))
-        elif param_spec["oneOf"]:
+                parts_.append(str(jinja.getitem(jinja.getattribute(param_spec, "type"), 0)))
+        elif jinja.getattribute(param_spec, "oneOf"):
             has_object_variants = False
             # L48: {% for %}
-            for variant in param_spec["oneOf"]:
+            for variant in jinja.getattribute(param_spec, "oneOf"):
                 # L49: {% if %}
-                if variant["type"] == "object":
+                if jinja.getattribute(variant, "type") == "object":
                     # Jinja scoping: 'has_object_variants' set here is local to this loop or macro, hence 'has_object_variants_2'
                     has_object_variants_2 = True
             # L53: {% if %}
-            if has_object_variants and len(param_spec["oneOf"]) > 1:
+            if has_object_variants and jinja.length(jinja.getattribute(param_spec, "oneOf")) > 1:
                 parts_.append("any")
             else:
                 # L56: {% for %}
-                items = list(param_spec["oneOf"])
+                items = list(jinja.getattribute(param_spec, "oneOf"))
                 for variant_index, variant in enumerate(items):
                     parts_.append(self.macro_render_typescript_type(variant, required_params))
                     # L58: {% if %}
-                    if variant["description"]:
-                        parts_.append("// " + variant["description"])
+                    if jinja.getattribute(variant, "description"):
+                        parts_.append("// " + jinja.getattribute(variant, "description"))
                     # L61: {% if %}
-                    if jinja.is_defined(variant["default"]):
-                        parts_.append("                    // default: " + jinja.tojson(variant["default"]))
+                    if jinja.is_defined(jinja.getattribute(variant, "default")):
+                        parts_.append(
+                            "                    // default: " + jinja.tojson(jinja.getattribute(variant, "default"))
+                        )
                     # L64: {% if %}
                     if variant_index != len(items) - 1:
                         parts_.append(" | \n")
-        elif param_spec["type"] == "string":
+        elif jinja.getattribute(param_spec, "type") == "string":
             # L70: {% if %}
-            if param_spec["enum"]:
-                parts_.append('"' + jinja.join(param_spec["enum"], '" | "') + '"')
+            if jinja.getattribute(param_spec, "enum"):
+                parts_.append('"' + jinja.join(jinja.getattribute(param_spec, "enum"), '" | "') + '"')
             else:
                 parts_.append("string")
                 # L74: {% if %}
-                if param_spec["nullable"]:
+                if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
-        elif param_spec["type"] == "number":
+        elif jinja.getattribute(param_spec, "type") == "number":
             parts_.append("number")
-        elif param_spec["type"] == "integer":
+        elif jinja.getattribute(param_spec, "type") == "integer":
             parts_.append("number")
-        elif param_spec["type"] == "boolean":
+        elif jinja.getattribute(param_spec, "type") == "boolean":
             parts_.append("boolean")
-        elif param_spec["type"] == "object":
+        elif jinja.getattribute(param_spec, "type") == "object":
             # L86: {% if %}
-            if param_spec["properties"]:
+            if jinja.getattribute(param_spec, "properties"):
                 parts_.append("{\n")
                 # L88: {% for %}
-                items_2 = list(param_spec["properties"].items())
+                items_2 = list(jinja.getattribute(param_spec, "properties").items())
                 for index, (prop_name, prop_spec) in enumerate(items_2):
                     parts_.append(str(prop_name))
                     # L90: {% if %}
-                    if prop_name not in (param_spec["required"] or []):
+                    if prop_name not in (jinja.getattribute(param_spec, "required") or []):
                         parts_.append("?")
                     parts_.append(
                         ": \n                "
-                        + self.macro_render_typescript_type(prop_spec, param_spec["required"] or [])
+                        + self.macro_render_typescript_type(prop_spec, jinja.getattribute(param_spec, "required") or [])
                     )
                     # L95: {% if %}
                     if index != len(items_2) - 1:
@@ -259,8 +261,8 @@ class GptOssRenderer(GeneratedRenderer):
                 items = list(tool["parameters"]["properties"].items())
                 for index, (param_name, param_spec) in enumerate(items):
                     # L118: {% if %}
-                    if param_spec["description"]:
-                        parts_.append("// " + param_spec["description"] + "\n")
+                    if jinja.getattribute(param_spec, "description"):
+                        parts_.append("// " + jinja.getattribute(param_spec, "description") + "\n")
                     parts_.append(str(param_name))
                     # L122: {% if %}
                     if param_name not in (tool["parameters"]["required"] or []):
@@ -269,14 +271,14 @@ class GptOssRenderer(GeneratedRenderer):
                         ": " + self.macro_render_typescript_type(param_spec, tool["parameters"]["required"] or [])
                     )
                     # L127: {% if %}
-                    if jinja.is_defined(param_spec["default"]):
+                    if jinja.is_defined(jinja.getattribute(param_spec, "default")):
                         # L128: {% if %}
-                        if param_spec["enum"]:
-                            parts_.append(", // default: " + param_spec["default"])
-                        elif param_spec["oneOf"]:
-                            parts_.append("// default: " + param_spec["default"])
+                        if jinja.getattribute(param_spec, "enum"):
+                            parts_.append(", // default: " + jinja.getattribute(param_spec, "default"))
+                        elif jinja.getattribute(param_spec, "oneOf"):
+                            parts_.append("// default: " + jinja.getattribute(param_spec, "default"))
                         else:
-                            parts_.append(", // default: " + jinja.tojson(param_spec["default"]))
+                            parts_.append(", // default: " + jinja.tojson(jinja.getattribute(param_spec, "default")))
                     # L136: {% if %}: both branches are the same
                     parts_.append(",\n")
                 parts_.append("}) => any;\n\n")

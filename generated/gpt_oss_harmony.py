@@ -19,7 +19,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
     Template knobs (constructor keywords): model_identity, reasoning_effort.
     Tool-call arguments: the template consumes dicts or JSON strings, rendered as given.
 
-    Assistant turns end with '<|return|>' (stop tokens: <|return|>, <|call|>);
+    Assistant turns end with '<|return|>' (stops: '<|return|>', '<|call|>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|start|>assistant'.
     Reasoning: '<|channel|>analysis<|message|>' ... '<|end|><|start|>assistant'.
@@ -36,6 +36,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "developer", "system", "tool", "user")
     TOOL_ARGUMENTS = "either"
+    CONTENT_FORMAT = "parts"
     TURN = TurnFormat(close="<|return|>", stop_tokens=("<|return|>", "<|call|>"))
     REASONING = ReasoningFormat(
         open="<|channel|>analysis<|message|>",
@@ -58,125 +59,17 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
         model_identity = self.knobs["model_identity"]
         reasoning_effort = self.knobs["reasoning_effort"]
         # L12: {% if %}
-        if not jinja.defined(reasoning_effort) or reasoning_effort is None:
+        if not jinja.is_defined(reasoning_effort) or reasoning_effort is None:
             reasoning_effort = "medium"
         # L15: {% if %}
         if reasoning_effort not in ["low", "medium", "high"]:
-            out.append(
-                str(
-                    jinja.raise_exception(
-                        "harmony has no reasoning effort " + str(reasoning_effort)
-                    )
-                )
-            )
+            raise jinja.TemplateError("harmony has no reasoning effort " + str(reasoning_effort))
         # L18: {% if %}
-        if not jinja.defined(model_identity) or model_identity is None:
+        if not jinja.is_defined(model_identity) or model_identity is None:
             model_identity = "You are ChatGPT, a large language model trained by OpenAI."
         # L21: {% if %}
         if not isinstance(model_identity, str):
-            out.append(str(jinja.raise_exception("model_identity must be a string")))
-
-        # L25: {% macro text %}
-        def macro_text(content=jinja.Undefined("content")):
-            parts_ = []
-            # L26: {% if %}
-            if isinstance(content, str):
-                parts_.append(str(content))
-            elif jinja.is_iterable(content) and not isinstance(content, dict):
-                # L29: {% for %}
-                for part in content:
-                    # L30: {% if %}
-                    if isinstance(part, dict) and part["type"] == "text":
-                        parts_.append(str(part["text"] if jinja.defined(part["text"]) else ""))
-            return "".join(parts_)
-
-        # L38: {% macro ts_type %}
-        def macro_ts_type(schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
-            parts_ = []
-            # L39: {% if %}
-            if (
-                jinja.defined(schema["type"])
-                and not isinstance(schema["type"], str)
-                and jinja.is_iterable(schema["type"])
-            ):
-                # L40: {% for %}
-                for item_index, item in enumerate(schema["type"]):
-                    parts_.append(
-                        (" | " if item_index != 0 else "") + macro_ts_type({"type": item}, indent)
-                    )
-            elif schema["type"] == "string" and jinja.defined(schema["enum"]) and schema["enum"]:
-                # L44: {% for %}
-                for value_index, value in enumerate(schema["enum"]):
-                    parts_.append((" | " if value_index != 0 else "") + '"' + str(value) + '"')
-            elif schema["type"] == "string":
-                parts_.append("string")
-            elif schema["type"] in ["integer", "number"]:
-                parts_.append("number")
-            elif schema["type"] == "boolean":
-                parts_.append("boolean")
-            elif schema["type"] == "null":
-                parts_.append("null")
-            elif (
-                schema["type"] == "array"
-                and jinja.defined(schema["items"])
-                and isinstance(schema["items"], dict)
-                and jinja.defined(schema["items"]["type"])
-            ):
-                parts_.append(macro_ts_type(schema["items"], indent) + "[]")
-            elif schema["type"] == "array" and not jinja.defined(schema["items"]):
-                parts_.append("Array<any>")
-            elif schema["type"] == "object":
-                # L60: {% if %}
-                if jinja.defined(schema["description"]):
-                    parts_.append(str(indent) + "    // " + str(schema["description"]) + "\n")
-                parts_.append(
-                    "{\n"
-                    + macro_ts_properties(schema, str(indent) + "    ")
-                    + str(indent)
-                    + "    }"
-                )
-            else:
-                parts_.append(
-                    str(
-                        jinja.raise_exception(
-                            "the harmony template cannot declare this JSON schema: "
-                            + jinja.tojson(schema)
-                        )
-                    )
-                )
-            return "".join(parts_)
-
-        # L72: {% macro ts_properties %}
-        def macro_ts_properties(
-            schema_2=jinja.Undefined("schema"), indent_2=jinja.Undefined("indent")
-        ):
-            parts_ = []
-            required = (
-                schema_2["required"]
-                if jinja.defined(schema_2["required"]) and schema_2["required"]
-                else []
-            )
-            # L74: {% if %}
-            if jinja.defined(schema_2["properties"]) and isinstance(schema_2["properties"], dict):
-                # L75: {% for %}
-                for name, property_ in schema_2["properties"].items():
-                    # L76: {% if %}
-                    if jinja.defined(property_["description"]):
-                        parts_.append(str(indent_2) + "// " + str(property_["description"]) + "\n")
-                    parts_.append(
-                        str(indent_2)
-                        + str(name)
-                        + ("" if name in required else "?")
-                        + ": "
-                        + macro_ts_type(property_, indent_2)
-                        + ","
-                    )
-                    # L80: {% if %}
-                    if jinja.defined(property_["default"]):
-                        parts_.append(" // default: " + jinja.tojson(property_["default"]))
-                    parts_.append("\n")
-            return "".join(parts_)
-
+            raise jinja.TemplateError("model_identity must be a string")
         out.append(
             "<|start|>system<|message|>"
             + str(model_identity)
@@ -190,12 +83,10 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
         if tools:
             out.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
         out.append("<|end|>")
-        ns = jinja.Namespace(
-            instructions="", start=0, first_final=-1, last_is_final=False, latest_call=None
-        )
+        ns = jinja.Namespace(instructions="", start=0, first_final=-1, last_is_final=False, latest_call=None)
         # L98: {% if %}
         if messages and (messages[0]["role"] == "system" or messages[0]["role"] == "developer"):
-            ns.instructions = macro_text(messages[0]["content"])
+            ns.instructions = self.macro_text(messages[0]["content"])
             ns.start = 1
         # L102: {% if %}
         if ns.instructions or tools:
@@ -208,41 +99,34 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                 out.append("# Tools\n\n## functions\n\nnamespace functions {\n\n")
                 # L110: {% for %}
                 for tool in tools:
-                    function = tool["function"] if jinja.defined(tool["function"]) else tool
+                    function = tool["function"] if jinja.is_defined(tool["function"]) else tool
                     # L112: {% if %}
-                    if jinja.defined(
-                        jinja.getattribute(function, "description")
-                    ) and jinja.getattribute(function, "description"):
+                    if jinja.is_defined(jinja.getattribute(function, "description")) and jinja.getattribute(
+                        function, "description"
+                    ):
                         pieces = jinja.getattribute(function, "description").split("\n")
                         # L116: {% for %}
-                        for piece_index, piece in enumerate(pieces):
+                        items = list(pieces)
+                        for piece_index, piece in enumerate(items):
                             # L117: {% if %}
-                            if piece_index != len(pieces) - 1:
-                                out.append(
-                                    "// "
-                                    + str(piece[:-1] if piece.endswith("\r") else piece)
-                                    + "\n"
-                                )
+                            if piece_index != len(items) - 1:
+                                out.append("// " + str(piece[:-1] if piece.endswith("\r") else piece) + "\n")
                             elif piece:
                                 out.append("// " + str(piece) + "\n")
                     # L124: {% if %}
                     if (
-                        jinja.defined(jinja.getattribute(function, "parameters"))
+                        jinja.is_defined(jinja.getattribute(function, "parameters"))
                         and jinja.getattribute(function, "parameters") is not None
                     ):
                         out.append(
                             "type "
                             + str(jinja.getattribute(function, "name"))
                             + " = (_: {\n"
-                            + macro_ts_properties(jinja.getattribute(function, "parameters"), "")
+                            + self.macro_ts_properties(jinja.getattribute(function, "parameters"), "")
                             + "}) => any;\n\n"
                         )
                     else:
-                        out.append(
-                            "type "
-                            + str(jinja.getattribute(function, "name"))
-                            + " = () => any;\n\n"
-                        )
+                        out.append("type " + str(jinja.getattribute(function, "name")) + " = () => any;\n\n")
                 out.append("} // namespace functions")
             out.append("<|end|>")
         # L136: {% for %}
@@ -259,57 +143,135 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             out.mark_message(message)
             # L146: {% if %} on the message's role
             if message["role"] == "user":
-                self.render_user(out, message, macro_text)
+                self.render_user(out, message)
             elif message["role"] == "assistant":
-                self.render_assistant(
-                    out, message, message_index, macro_text, ns, items, add_generation_prompt
-                )
+                self.render_assistant(out, message, message_index, ns, items, add_generation_prompt)
             elif message["role"] == "tool":
-                self.render_tool(out, message, message_index, ns, messages, macro_text)
+                self.render_tool(out, message, message_index, ns, messages)
             else:
-                out.append(
-                    str(
-                        jinja.raise_exception(
-                            "harmony has no place for a " + str(message["role"]) + " message here"
-                        )
-                    )
-                )
+                raise jinja.TemplateError("harmony has no place for a " + str(message["role"]) + " message here")
         out.mark_scaffold()
         # L198: {% if %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
-    def render_user(self, out, message, macro_text):
-        """The template's user branch of the message loop (lines 146-147)."""
-        out.append("<|start|>user<|message|>" + macro_text(message["content"]) + "<|end|>")
+    def macro_text(self, content=jinja.Undefined("content")):
+        """The template's macro text (lines 25-31)."""
+        parts_ = []
+        # L26: {% if %}
+        if isinstance(content, str):
+            parts_.append(content)
+        elif jinja.is_iterable(content) and not jinja.is_mapping(content):
+            # L29: {% for %}
+            for part in content:
+                # L30: {% if %}
+                if jinja.is_mapping(part) and part["type"] == "text":
+                    parts_.append(str(part["text"] if jinja.is_defined(part["text"]) else ""))
+        return "".join(parts_)
 
-    def render_assistant(
-        self, out, message, message_index, macro_text, ns, items, add_generation_prompt
-    ):
+    def macro_ts_type(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
+        """The template's macro ts_type (lines 38-68)."""
+        parts_ = []
+        # L39: {% if %}
+        if (
+            jinja.is_defined(jinja.getattribute(schema, "type"))
+            and not isinstance(jinja.getattribute(schema, "type"), str)
+            and jinja.is_iterable(jinja.getattribute(schema, "type"))
+        ):
+            # L40: {% for %}
+            for item_index, item in enumerate(jinja.getattribute(schema, "type")):
+                parts_.append((" | " if item_index != 0 else "") + self.macro_ts_type({"type": item}, indent))
+        elif (
+            jinja.getattribute(schema, "type") == "string"
+            and jinja.is_defined(jinja.getattribute(schema, "enum"))
+            and jinja.getattribute(schema, "enum")
+        ):
+            # L44: {% for %}
+            for value_index, value in enumerate(jinja.getattribute(schema, "enum")):
+                parts_.append((" | " if value_index != 0 else "") + '"' + str(value) + '"')
+        elif jinja.getattribute(schema, "type") == "string":
+            parts_.append("string")
+        elif jinja.getattribute(schema, "type") in ["integer", "number"]:
+            parts_.append("number")
+        elif jinja.getattribute(schema, "type") == "boolean":
+            parts_.append("boolean")
+        elif jinja.getattribute(schema, "type") == "null":
+            parts_.append("null")
+        elif (
+            jinja.getattribute(schema, "type") == "array"
+            and jinja.is_defined(jinja.getitem(schema, "items"))
+            and jinja.is_mapping(jinja.getitem(schema, "items"))
+            and jinja.is_defined(jinja.getattribute(jinja.getitem(schema, "items"), "type"))
+        ):
+            parts_.append(self.macro_ts_type(jinja.getitem(schema, "items"), indent) + "[]")
+        elif jinja.getattribute(schema, "type") == "array" and not jinja.is_defined(jinja.getitem(schema, "items")):
+            parts_.append("Array<any>")
+        elif jinja.getattribute(schema, "type") == "object":
+            # L60: {% if %}
+            if jinja.is_defined(jinja.getattribute(schema, "description")):
+                parts_.append(str(indent) + "    // " + str(jinja.getattribute(schema, "description")) + "\n")
+            parts_.append("{\n" + self.macro_ts_properties(schema, str(indent) + "    ") + str(indent) + "    }")
+        else:
+            raise jinja.TemplateError("the harmony template cannot declare this JSON schema: " + jinja.tojson(schema))
+        return "".join(parts_)
+
+    def macro_ts_properties(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
+        """The template's macro ts_properties (lines 72-83)."""
+        parts_ = []
+        required = (
+            jinja.getattribute(schema, "required")
+            if jinja.is_defined(jinja.getattribute(schema, "required")) and jinja.getattribute(schema, "required")
+            else []
+        )
+        # L74: {% if %}
+        if jinja.is_defined(jinja.getattribute(schema, "properties")) and jinja.is_mapping(
+            jinja.getattribute(schema, "properties")
+        ):
+            # L75: {% for %}
+            for name, property_ in jinja.getattribute(schema, "properties").items():
+                # L76: {% if %}
+                if jinja.is_defined(jinja.getattribute(property_, "description")):
+                    parts_.append(str(indent) + "// " + str(jinja.getattribute(property_, "description")) + "\n")
+                parts_.append(
+                    str(indent)
+                    + str(name)
+                    + ("" if name in required else "?")
+                    + ": "
+                    + self.macro_ts_type(property_, indent)
+                    + ","
+                )
+                # L80: {% if %}
+                if jinja.is_defined(jinja.getattribute(property_, "default")):
+                    parts_.append(" // default: " + jinja.tojson(jinja.getattribute(property_, "default")))
+                parts_.append("\n")
+        return "".join(parts_)
+
+    def render_user(self, out, message):
+        """The template's user branch of the message loop (lines 146-147)."""
+        out.append("<|start|>user<|message|>")
+        out.append_content(self.macro_text(message["content"]))
+        out.append("<|end|>")
+
+    def render_assistant(self, out, message, message_index, ns, items, add_generation_prompt):
         """The template's assistant branch of the message loop (lines 148-168)."""
         reasoning = (
             message["reasoning_content"]
-            if jinja.defined(message["reasoning_content"])
-            and isinstance(message["reasoning_content"], str)
+            if jinja.is_defined(message["reasoning_content"]) and isinstance(message["reasoning_content"], str)
             else ""
         )
         # L150: {% if %}
         if reasoning and not (ns.last_is_final and message_index <= ns.first_final):
-            out.append(
-                "<|start|>assistant<|channel|>analysis<|message|>" + str(reasoning) + "<|end|>"
-            )
+            out.append("<|start|>assistant<|channel|>analysis<|message|>" + str(reasoning) + "<|end|>")
         # L153: {% if %}
         if message["tool_calls"]:
             # L154: {% if %}
-            if macro_text(message["content"]):
-                out.append(
-                    "<|start|>assistant<|channel|>commentary<|message|>"
-                    + macro_text(message["content"])
-                    + "<|end|>"
-                )
+            if self.macro_text(message["content"]):
+                out.append("<|start|>assistant<|channel|>commentary<|message|>")
+                out.append_content(self.macro_text(message["content"]))
+                out.append("<|end|>")
             # L158: {% for %}
             for tool_call in message["tool_calls"]:
-                call = tool_call["function"] if jinja.defined(tool_call["function"]) else tool_call
+                call = tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call
                 out.append(
                     "<|start|>assistant to=functions."
                     + str(jinja.getattribute(call, "name"))
@@ -323,21 +285,15 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                 )
                 ns.latest_call = jinja.getattribute(call, "name")
         else:
-            out.append(
-                "<|start|>assistant<|channel|>final<|message|>"
-                + macro_text(message["content"])
-                + (
-                    "<|return|>"
-                    if message_index == len(items) - 1 and not add_generation_prompt
-                    else "<|end|>"
-                )
-            )
+            out.append("<|start|>assistant<|channel|>final<|message|>")
+            out.append_content(self.macro_text(message["content"]))
+            out.append("<|return|>" if message_index == len(items) - 1 and not add_generation_prompt else "<|end|>")
 
-    def render_tool(self, out, message, message_index, ns, messages, macro_text):
+    def render_tool(self, out, message, message_index, ns, messages):
         """The template's tool branch of the message loop (lines 170-193)."""
         answer = jinja.Namespace(name=ns.latest_call, by_id="")
         # L174: {% if %}
-        if jinja.defined(message["tool_call_id"]):
+        if jinja.is_defined(message["tool_call_id"]):
             # L175: {% for %}
             for earlier in messages[ns.start :][:message_index]:
                 # L176: {% if %}
@@ -345,30 +301,18 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                     # L177: {% for %}
                     for tool_call in earlier["tool_calls"]:
                         # L178: {% if %}
-                        if (
-                            jinja.defined(tool_call["id"])
-                            and tool_call["id"] == message["tool_call_id"]
-                        ):
+                        if jinja.is_defined(tool_call["id"]) and tool_call["id"] == message["tool_call_id"]:
                             answer.by_id = jinja.getattribute(
-                                (
-                                    tool_call["function"]
-                                    if jinja.defined(tool_call["function"])
-                                    else tool_call
-                                ),
-                                "name",
+                                tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call, "name"
                             )
         # L185: {% if %}
-        if jinja.defined(message["name"]) and message["name"]:
+        if jinja.is_defined(message["name"]) and message["name"]:
             answer.name = message["name"]
         elif answer.by_id:
             answer.name = answer.by_id
         # L190: {% if %}
         if answer.name is None:
-            out.append(str(jinja.raise_exception("a tool result answers no tool call")))
-        out.append(
-            "<|start|>functions."
-            + str(answer.name)
-            + " to=assistant<|channel|>commentary<|message|>"
-            + macro_text(message["content"])
-            + "<|end|>"
-        )
+            raise jinja.TemplateError("a tool result answers no tool call")
+        out.append("<|start|>functions." + str(answer.name) + " to=assistant<|channel|>commentary<|message|>")
+        out.append_content(self.macro_text(message["content"]))
+        out.append("<|end|>")

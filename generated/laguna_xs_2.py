@@ -16,7 +16,7 @@ from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
 class LagunaXs2Renderer(GeneratedRenderer):
     r"""Renders poolside/Laguna-XS.2 conversations exactly as its chat template does.
 
-    Template knobs (constructor keywords): enable_thinking, reasoning_content, render_assistant_messages_raw.
+    Template knobs (constructor keywords): enable_thinking, render_assistant_messages_raw.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
     Assistant turns end with '\n</assistant>' (stops: '</assistant>');
@@ -29,16 +29,13 @@ class LagunaXs2Renderer(GeneratedRenderer):
 
     MODEL_IDS = ("poolside/Laguna-XS.2",)
     TEMPLATE_SHA256 = "cefcef90515772c003776b3d7db3c088f4e0ee89f8470679b95cf83210dc9e06"
-    KNOBS = ("enable_thinking", "reasoning_content", "render_assistant_messages_raw")
+    KNOBS = ("enable_thinking", "render_assistant_messages_raw")
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
-    TURN = TurnFormat(
-        close="\n</assistant>", after_close="\n", stop_tokens=("</assistant>",), content_lead="\n"
-    )
-    REASONING = ReasoningFormat(
-        open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n"
-    )
+    CONTENT_FORMAT = "string"
+    TURN = TurnFormat(close="\n</assistant>", after_close="\n", stop_tokens=("</assistant>",), content_lead="\n")
+    REASONING = ReasoningFormat(open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n")
     TOOL_CALLS = ToolCallFormat(
         style="xml",
         call_start="<tool_call>",
@@ -55,7 +52,6 @@ class LagunaXs2Renderer(GeneratedRenderer):
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         enable_thinking = self.knobs["enable_thinking"]
-        reasoning_content = self.knobs["reasoning_content"]
         render_assistant_messages_raw = self.knobs["render_assistant_messages_raw"]
         out.append("〈|EOS|〉")
         enable_thinking = jinja.default(enable_thinking, False)
@@ -96,20 +92,12 @@ class LagunaXs2Renderer(GeneratedRenderer):
         # L50: {% for %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
-            reasoning_content_2 = reasoning_content
             content = message["content"] if isinstance(message["content"], str) else ""
             # L52: {% if %} on the message's role
             if message["role"] == "user":
                 self.render_user(out, content)
             elif message["role"] == "assistant":
-                self.render_assistant(
-                    out,
-                    message,
-                    render_assistant_messages_raw,
-                    enable_thinking,
-                    reasoning_content_2,
-                    content,
-                )
+                self.render_assistant(out, message, content, render_assistant_messages_raw, enable_thinking)
             elif message["role"] == "tool":
                 self.render_tool(out, content)
             elif message["role"] == "system" and message_index != 0:
@@ -128,74 +116,67 @@ class LagunaXs2Renderer(GeneratedRenderer):
         """The template's user branch of the message loop (lines 52-53)."""
         out.append("<user>\n" + content + "\n</user>\n")
 
-    def render_assistant(
-        self,
-        out,
-        message,
-        render_assistant_messages_raw,
-        enable_thinking,
-        reasoning_content_2,
-        content,
-    ):
+    def render_assistant(self, out, message, content, render_assistant_messages_raw, enable_thinking):
         """The template's assistant branch of the message loop (lines 54-113)."""
         # L55: {% generation %}: the assistant's sampled tokens
+        # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
+        content_2 = content
         out.append("<assistant>\n")
         # L57: {% if %}
         if render_assistant_messages_raw:
             # L61: {% if %}
             if enable_thinking:
                 # L62: {% if %}
-                if not content.startswith("<think>"):
+                if not content_2.startswith("<think>"):
                     out.append("<think>")
             else:
                 # L66: {% if %}
-                if not content.startswith("</think>"):
+                if not content_2.startswith("</think>"):
                     out.append("</think>")
-            out.append(str(content))
+            out.append(str(content_2))
             # L72: {% if %}
-            if not content.endswith("</assistant>\n") and not content.endswith("</assistant>"):
+            if not content_2.endswith("</assistant>\n") and not content_2.endswith("</assistant>"):
                 out.append("\n</assistant>")
             out.append("\n")
         else:
-            reasoning_content_2 = ""
+            reasoning_content = ""
             # L79: {% if %}
             if isinstance(message["reasoning"], str):
-                reasoning_content_2 = message["reasoning"]
+                reasoning_content = message["reasoning"]
             elif isinstance(message["reasoning_content"], str):
-                reasoning_content_2 = message["reasoning_content"]
+                reasoning_content = message["reasoning_content"]
             # L85: {% if %}
-            if "</think>" in content:
+            if "</think>" in content_2:
                 # L86: {% if %}
-                if not reasoning_content_2:
-                    reasoning_content_2 = (
-                        content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                    )
-                content = content.split("</think>")[-1].lstrip("\n")
+                if not reasoning_content:
+                    reasoning_content = content_2.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                content_2 = content_2.split("</think>")[-1].lstrip("\n")
             # L92: {% if %}
-            if reasoning_content_2:
-                out.append("<think>\n" + reasoning_content_2.strip() + "\n</think>\n")
+            if reasoning_content:
+                out.append("<think>\n")
+                out.append_content(reasoning_content.strip())
+                out.append("\n</think>\n")
             else:
                 out.append("</think>\n")
             # L98: {% if %}
-            if content.strip():
-                out.append(str(content.strip()) + "\n")
+            if content_2.strip():
+                out.append(str(content_2.strip()) + "\n")
             # L101: {% if %}
             if message["tool_calls"]:
                 # L102: {% for %}
                 for tool_call in message["tool_calls"]:
                     function_data = tool_call["function"]
-                    out.append("<tool_call>" + function_data["name"] + "\n")
+                    out.append("<tool_call>")
+                    out.append_content(function_data["name"])
+                    out.append("\n")
                     _args = function_data["arguments"]
                     # L106: {% for %}
                     for k, v in _args.items():
                         out.append(
                             "<arg_key>"
                             + str(k)
-                            + "</arg_key>\n"
-                            + "<arg_value>"
-                            + str(
-                                jinja.tojson(v, ensure_ascii=False) if not isinstance(v, str) else v
-                            )
+                            + "</arg_key>\n<arg_value>"
+                            + str(jinja.tojson(v, ensure_ascii=False) if not isinstance(v, str) else v)
                             + "</arg_value>\n"
                         )
                     out.append("</tool_call>\n")

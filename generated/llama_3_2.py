@@ -36,6 +36,7 @@ class Llama32Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {"bos_token": BOS_TOKEN}
     ROLES = ()
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<|eot_id|>", stop_tokens=("<|eot_id|>",))
     REASONING = None
     TOOL_CALLS = ToolCallFormat(style="json", call_start='{"name": "', name_end='", "parameters": ', call_end="}")

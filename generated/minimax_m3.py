@@ -19,7 +19,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): thinking_mode.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '[e~[' (stop tokens: [e~[);
+    Assistant turns end with '[e~[' (stops: '[e~[');
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): ']~b]ai\n'.
     Reasoning: '<mm:think>' ... '</mm:think>'.
@@ -33,6 +33,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "developer", "root", "system", "tool", "user")
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "parts"
     TURN = TurnFormat(close="[e~[", after_close="\n", stop_tokens=("[e~[",))
     REASONING = ReasoningFormat(open="<mm:think>", close="</mm:think>")
     TOOL_CALLS = ToolCallFormat(
@@ -56,68 +57,32 @@ class MinimaxM3Renderer(GeneratedRenderer):
         default_identity = "Your model version is MiniMax-M3, developed by MiniMax. Knowledge cutoff: January 2026. Founded in early 2022, MiniMax is a global AI foundation model company committed to advancing the frontiers of AI towards AGI."
         default_developer = "You are a helpful assistant."
         # L11: {% if %}
-        if not jinja.defined(thinking_mode) or thinking_mode is None:
+        if not jinja.is_defined(thinking_mode) or thinking_mode is None:
             thinking_mode = "adaptive"
         # L14: {% if %}
         if thinking_mode not in ["adaptive", "enabled", "disabled"]:
-            out.append(
-                str(
-                    jinja.raise_exception(
-                        "Unsupported MiniMax M3 thinking mode: " + str(thinking_mode)
-                    )
-                )
-            )
-
-        # L19: {% macro visible_text %}
-        def macro_visible_text(content=jinja.Undefined("content")):
-            parts_ = []
-            # L20: {% if %}
-            if isinstance(content, str):
-                parts_.append(str(content))
-            elif jinja.is_iterable(content) and not isinstance(content, dict):
-                # L23: {% for %}
-                for part in content:
-                    # L24: {% if %}
-                    if isinstance(part, str):
-                        parts_.append(str(part))
-                    elif part["type"] == "text":
-                        parts_.append(str(part["text"] if jinja.defined(part["text"]) else ""))
-                    elif part["type"] == "image":
-                        parts_.append("]<]image[>[")
-                    elif part["type"] == "video":
-                        parts_.append("]<]video[>[")
-            elif jinja.defined(content) and content is not None:
-                parts_.append(str(content))
-            return "".join(parts_)
+            raise jinja.TemplateError("Unsupported MiniMax M3 thinking mode: " + str(thinking_mode))
 
         # L41: {% macro xml_value %}
         def macro_xml_value(value=jinja.Undefined("value")):
             parts_ = []
             # L42: {% if %}
-            if isinstance(value, dict):
+            if jinja.is_mapping(value):
                 # L43: {% for %}
                 for key, item in value.items():
                     # L44: {% if %}
                     if item is not None:
                         parts_.append(
-                            str(NS)
-                            + "<"
-                            + str(key)
-                            + ">"
-                            + macro_xml_value(item)
-                            + str(NS)
-                            + "</"
-                            + str(key)
-                            + ">"
+                            str(NS) + "<" + str(key) + ">" + macro_xml_value(item) + str(NS) + "</" + str(key) + ">"
                         )
             elif isinstance(value, str):
-                parts_.append(str(value))
+                parts_.append(value)
             elif jinja.is_iterable(value):
                 # L51: {% for %}
                 for item in value:
                     parts_.append(str(NS) + "<item>" + macro_xml_value(item) + str(NS) + "</item>")
             elif jinja.is_boolean(value):
-                parts_.append(("true" if value else "false"))
+                parts_.append("true" if value else "false")
             elif value is not None:
                 parts_.append(str(value))
             return "".join(parts_)
@@ -126,7 +91,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
         # L65: {% if %}
         if messages and messages[0]["role"] == "root":
             ns.root = True
-            root_text = macro_visible_text(messages[0]["content"])
+            root_text = self.macro_visible_text(messages[0]["content"])
             # L68: {% if %}
             if root_text:
                 ns.identity = root_text
@@ -136,13 +101,12 @@ class MinimaxM3Renderer(GeneratedRenderer):
             lead = messages[slot]
             # L75: {% if %}
             if lead["role"] == "system" or (lead["role"] == "developer" and (ns.root or not tools)):
-                ns.developer = macro_visible_text(lead["content"])
+                ns.developer = self.macro_visible_text(lead["content"])
         # L79: {% if %}
         if not ns.developer:
             ns.developer = default_developer
         out.append(
-            "]~!b["
-            + "]~b]system\n"
+            "]~!b[]~b]system\n"
             + str(ns.identity)
             + "\n\n<thinking_instructions>\nYou have a thinking capability that allows you to reason step by step before responding. When thinking is enabled, wrap your reasoning in <mm:think></mm:think> tags before your response. When thinking is disabled, begin your response directly after the </mm:think> prefix. When thinking is adaptive, decide on your own whether to think for the current turn.\n"
         )
@@ -157,7 +121,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
             out.append(
                 "Current thinking mode: adaptive. You are encouraged to think for complex decision-making, multi-step reasoning, or when analyzing function/tool results.\n"
             )
-        out.append("</thinking_instructions>[e~[\n" + "]~b]developer\n" + str(ns.developer))
+        out.append("</thinking_instructions>[e~[\n]~b]developer\n" + str(ns.developer))
         # L95: {% if %}
         if tools:
             out.append(
@@ -167,7 +131,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
             for tool in tools:
                 out.append(
                     "<tool>"
-                    + jinja.tojson(tool["function"] if jinja.defined(tool["function"]) else tool)
+                    + jinja.tojson(tool["function"] if jinja.is_defined(tool["function"]) else tool)
                     + "</tool>\n"
                 )
             out.append(
@@ -226,30 +190,21 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     turn.in_tool = False
                 # L114: {% if %}
                 if message["role"] == "user":
-                    out.append("]~b]user\n" + macro_visible_text(message["content"]) + "[e~[\n")
+                    out.append("]~b]user\n")
+                    out.append_content(self.macro_visible_text(message["content"]))
+                    out.append("[e~[\n")
                 elif message["role"] == "assistant":
-                    content_2 = macro_visible_text(message["content"])
-                    parts_ = jinja.Namespace(reasoning="", visible=content_2)
+                    content = self.macro_visible_text(message["content"])
+                    parts_ = jinja.Namespace(reasoning="", visible=content)
                     # L119: {% if %}
-                    if (
-                        isinstance(message["reasoning_content"], str)
-                        and message["reasoning_content"]
-                    ):
+                    if isinstance(message["reasoning_content"], str) and message["reasoning_content"]:
                         parts_.reasoning = message["reasoning_content"]
-                    elif "</mm:think>" in content_2:
-                        parts_.reasoning = (
-                            content_2.split("</mm:think>", 1)[0].split("<mm:think>")[-1].strip("\n")
-                        )
-                        parts_.visible = jinja.getitem(content_2.split("</mm:think>", 1), 1).strip(
-                            "\n"
-                        )
-                    elif "</think>" in content_2:
-                        parts_.reasoning = (
-                            content_2.split("</think>", 1)[0].split("<think>")[-1].strip("\n")
-                        )
-                        parts_.visible = jinja.getitem(content_2.split("</think>", 1), 1).strip(
-                            "\n"
-                        )
+                    elif "</mm:think>" in content:
+                        parts_.reasoning = content.split("</mm:think>", 1)[0].split("<mm:think>")[-1].strip("\n")
+                        parts_.visible = jinja.getitem(content.split("</mm:think>", 1), 1).strip("\n")
+                    elif "</think>" in content:
+                        parts_.reasoning = content.split("</think>", 1)[0].split("<think>")[-1].strip("\n")
+                        parts_.visible = jinja.getitem(content.split("</think>", 1), 1).strip("\n")
                     out.append("]~b]ai\n")
                     # L130: {% if %}
                     if parts_.reasoning:
@@ -262,20 +217,10 @@ class MinimaxM3Renderer(GeneratedRenderer):
                         out.append(str(NS) + "<tool_call>\n")
                         # L138: {% for %}
                         for tool_call in message["tool_calls"]:
-                            call = (
-                                tool_call["function"]
-                                if jinja.defined(tool_call["function"])
-                                else tool_call
-                            )
+                            call = tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call
                             # L140: {% if %}
-                            if not isinstance(jinja.getattribute(call, "arguments"), dict):
-                                out.append(
-                                    str(
-                                        jinja.raise_exception(
-                                            "MiniMax M3 tool arguments must be a JSON object."
-                                        )
-                                    )
-                                )
+                            if not jinja.is_mapping(jinja.getattribute(call, "arguments")):
+                                raise jinja.TemplateError("MiniMax M3 tool arguments must be a JSON object.")
                             out.append(
                                 str(NS)
                                 + '<invoke name="'
@@ -292,9 +237,9 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     if not turn.in_tool:
                         out.append("]~b]tool")
                         turn.in_tool = True
-                    out.append(
-                        "\n<response>" + macro_visible_text(message["content"]) + "</response>"
-                    )
+                    out.append("\n<response>")
+                    out.append_content(self.macro_visible_text(message["content"]))
+                    out.append("</response>")
         out.mark_scaffold()
         # L158: {% if %}
         if turn.in_tool:
@@ -307,3 +252,31 @@ class MinimaxM3Renderer(GeneratedRenderer):
                 out.append("<mm:think>")
             elif thinking_mode == "disabled":
                 out.append("</mm:think>")
+
+    def macro_visible_text(self, content=jinja.Undefined("content")):
+        """The template's macro visible_text (lines 19-35)."""
+        parts_ = []
+        # L20: {% if %}
+        if isinstance(content, str):
+            parts_.append(content)
+        elif jinja.is_iterable(content) and not jinja.is_mapping(content):
+            # L23: {% for %}
+            for part in content:
+                # L24: {% if %}
+                if isinstance(part, str):
+                    parts_.append(part)
+                elif jinja.getattribute(part, "type") == "text":
+                    parts_.append(
+                        str(
+                            jinja.getattribute(part, "text")
+                            if jinja.is_defined(jinja.getattribute(part, "text"))
+                            else ""
+                        )
+                    )
+                elif jinja.getattribute(part, "type") == "image":
+                    parts_.append("]<]image[>[")
+                elif jinja.getattribute(part, "type") == "video":
+                    parts_.append("]<]video[>[")
+        elif jinja.is_defined(content) and content is not None:
+            parts_.append(str(content))
+        return "".join(parts_)

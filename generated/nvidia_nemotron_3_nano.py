@@ -35,10 +35,9 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     SPECIAL_TOKENS = {}
     ROLES = ()
     TOOL_ARGUMENTS = "dict"
+    CONTENT_FORMAT = "string"
     TURN = TurnFormat(close="<|im_end|>", after_close="\n", stop_tokens=("<|im_end|>",))
-    REASONING = ReasoningFormat(
-        open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n"
-    )
+    REASONING = ReasoningFormat(open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n")
     TOOL_CALLS = ToolCallFormat(
         style="xml",
         call_start="\n<tool_call>\n<function=",
@@ -55,47 +54,8 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         enable_thinking = self.knobs["enable_thinking"]
         truncate_history_thinking = self.knobs["truncate_history_thinking"]
-
-        # L1: {% macro render_extra_keys %}
-        def macro_render_extra_keys(
-            json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
-        ):
-            parts_ = []
-            # L2: {% if %}
-            if isinstance(json_dict, dict):
-                # L3: {% for %}
-                filtered = [json_key for json_key in json_dict if json_key not in handled_keys]
-                for json_key in filtered:
-                    # L4: {% if %}
-                    if isinstance(json_dict[json_key], dict) or (
-                        jinja.is_sequence(json_dict[json_key])
-                        and not isinstance(json_dict[json_key], str)
-                    ):
-                        parts_.append(
-                            "\n<"
-                            + str(json_key)
-                            + ">"
-                            + str(jinja.mark_safe(jinja.tojson(json_dict[json_key])))
-                            + "</"
-                            + str(json_key)
-                            + ">"
-                        )
-                    else:
-                        parts_.append(
-                            "\n<"
-                            + str(json_key)
-                            + ">"
-                            + str(json_dict[json_key])
-                            + "</"
-                            + str(json_key)
-                            + ">"
-                        )
-            return "".join(parts_)
-
-        enable_thinking = enable_thinking if jinja.defined(enable_thinking) else True
-        truncate_history_thinking = (
-            truncate_history_thinking if jinja.defined(truncate_history_thinking) else True
-        )
+        enable_thinking = enable_thinking if jinja.is_defined(enable_thinking) else True
+        truncate_history_thinking = truncate_history_thinking if jinja.is_defined(truncate_history_thinking) else True
         ns = jinja.Namespace(last_user_idx=-1)
         loop_messages = messages
         # L17: {% for %}
@@ -111,7 +71,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             system_message = ""
             loop_messages = messages
         # L30: {% if %}
-        if not jinja.defined(tools):
+        if not jinja.is_defined(tools):
             tools = []
         ns = jinja.Namespace(last_user_idx=-1)
         # L35: {% for %}
@@ -120,85 +80,89 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             if m["role"] == "user":
                 ns.last_user_idx = m_index
         # L40: {% if %}
-        if jinja.defined(system_message):
+        if jinja.is_defined(system_message):
             out.append("<|im_start|>system\n" + system_message)
         else:
             # L43: {% if %}
-            if jinja.is_iterable(tools) and len(tools) > 0:
+            if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_start|>system\n")
         # L47: {% if %}
-        if jinja.is_iterable(tools) and len(tools) > 0:
+        if jinja.is_iterable(tools) and jinja.length(tools) > 0:
             # L48: {% if %}
-            if jinja.defined(system_message) and len(system_message) > 0:
+            if jinja.is_defined(system_message) and jinja.length(system_message) > 0:
                 out.append("\n\n")
-            out.append("# Tools\n\nYou have access to the following functions:\n\n" + "<tools>")
+            out.append("# Tools\n\nYou have access to the following functions:\n\n<tools>")
             # L53: {% for %}
             for tool in tools:
                 # L54: {% if %}
-                if jinja.defined(tool["function"]):
-                    tool = tool["function"]
-                out.append("\n<function>\n<name>" + str(tool["name"]) + "</name>")
+                if jinja.is_defined(jinja.getattribute(tool, "function")):
+                    tool = jinja.getattribute(tool, "function")
+                out.append("\n<function>\n<name>" + str(jinja.getattribute(tool, "name")) + "</name>")
                 # L58: {% if %}
-                if jinja.defined(tool["description"]):
+                if jinja.is_defined(jinja.getattribute(tool, "description")):
                     out.append(
-                        "\n<description>" + jinja.trim(tool["description"]) + "</description>"
+                        "\n<description>" + jinja.trim(jinja.getattribute(tool, "description")) + "</description>"
                     )
                 out.append("\n<parameters>")
                 # L62: {% if %}
                 if (
-                    jinja.defined(tool["parameters"])
-                    and isinstance(tool["parameters"], dict)
-                    and jinja.defined(tool["parameters"]["properties"])
-                    and isinstance(tool["parameters"]["properties"], dict)
+                    jinja.is_defined(jinja.getattribute(tool, "parameters"))
+                    and jinja.is_mapping(jinja.getattribute(tool, "parameters"))
+                    and jinja.is_defined(jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties"))
+                    and jinja.is_mapping(jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties"))
                 ):
                     # L63: {% for %}
-                    for param_name, param_fields in jinja.items(tool["parameters"]["properties"]):
-                        out.append("\n<parameter>" + "\n<name>" + str(param_name) + "</name>")
+                    for param_name, param_fields in jinja.items(
+                        jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties")
+                    ):
+                        out.append("\n<parameter>\n<name>" + str(param_name) + "</name>")
                         # L66: {% if %}
-                        if jinja.defined(param_fields["type"]):
-                            out.append("\n<type>" + str(param_fields["type"]) + "</type>")
+                        if jinja.is_defined(jinja.getattribute(param_fields, "type")):
+                            out.append("\n<type>" + str(jinja.getattribute(param_fields, "type")) + "</type>")
                         # L69: {% if %}
-                        if jinja.defined(param_fields["description"]):
+                        if jinja.is_defined(jinja.getattribute(param_fields, "description")):
                             out.append(
                                 "\n<description>"
-                                + jinja.trim(param_fields["description"])
+                                + jinja.trim(jinja.getattribute(param_fields, "description"))
                                 + "</description>"
                             )
                         # L72: {% if %}
-                        if jinja.defined(param_fields["enum"]):
+                        if jinja.is_defined(jinja.getattribute(param_fields, "enum")):
                             out.append(
                                 "\n<enum>"
-                                + str(jinja.mark_safe(jinja.tojson(param_fields["enum"])))
+                                + str(jinja.mark_safe(jinja.tojson(jinja.getattribute(param_fields, "enum"))))
                                 + "</enum>"
                             )
-                        handled_keys_3 = ["name", "type", "description", "enum"]
-                        out.append(
-                            macro_render_extra_keys(param_fields, handled_keys_3) + "\n</parameter>"
-                        )
-                handled_keys_2 = ["type", "properties", "required"]
-                out.append(macro_render_extra_keys(tool["parameters"], handled_keys_2))
+                        # Jinja scoping: 'handled_keys' set here is local to this loop or macro, hence 'handled_keys_2'
+                        handled_keys_2 = ["name", "type", "description", "enum"]
+                        out.append(self.macro_render_extra_keys(param_fields, handled_keys_2) + "\n</parameter>")
+                handled_keys = ["type", "properties", "required"]
+                out.append(self.macro_render_extra_keys(jinja.getattribute(tool, "parameters"), handled_keys))
                 # L82: {% if %}
-                if jinja.defined(tool["parameters"]) and jinja.defined(
-                    tool["parameters"]["required"]
+                if jinja.is_defined(jinja.getattribute(tool, "parameters")) and jinja.is_defined(
+                    jinja.getattribute(jinja.getattribute(tool, "parameters"), "required")
                 ):
                     out.append(
                         "\n<required>"
-                        + str(jinja.mark_safe(jinja.tojson(tool["parameters"]["required"])))
+                        + str(
+                            jinja.mark_safe(
+                                jinja.tojson(jinja.getattribute(jinja.getattribute(tool, "parameters"), "required"))
+                            )
+                        )
                         + "</required>"
                     )
                 out.append("\n</parameters>")
-                handled_keys_2 = ["type", "name", "description", "parameters"]
-                out.append(macro_render_extra_keys(tool, handled_keys_2) + "\n</function>")
+                handled_keys = ["type", "name", "description", "parameters"]
+                out.append(self.macro_render_extra_keys(tool, handled_keys) + "\n</function>")
             out.append(
-                "\n</tools>"
-                + "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
+                "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
         # L96: {% if %}
-        if jinja.defined(system_message):
+        if jinja.is_defined(system_message):
             out.append("<|im_end|>\n")
         else:
             # L99: {% if %}
-            if jinja.is_iterable(tools) and len(tools) > 0:
+            if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_end|>\n")
         # L104: {% for %}
         for message_index, message in enumerate(loop_messages):
@@ -211,9 +175,9 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, message, message_index, loop_messages)
             else:
-                out.append(
-                    "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n"
-                )
+                out.append("<|im_start|>" + message["role"] + "\n")
+                out.append_content(message["content"])
+                out.append("<|im_end|>\n")
         out.mark_scaffold()
         # L198: {% if %}
         if add_generation_prompt:
@@ -223,13 +187,49 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             else:
                 out.append("<|im_start|>assistant\n<think></think>")
 
+    def macro_render_extra_keys(
+        self, json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
+    ):
+        """The template's macro render_extra_keys (lines 1-7)."""
+        parts_ = []
+        # L2: {% if %}
+        if jinja.is_mapping(json_dict):
+            # L3: {% for %}
+            filtered = [json_key for json_key in json_dict if json_key not in handled_keys]
+            for json_key in filtered:
+                # L4: {% if %}
+                if jinja.is_mapping(jinja.getitem(json_dict, json_key)) or (
+                    jinja.is_sequence(jinja.getitem(json_dict, json_key))
+                    and not isinstance(jinja.getitem(json_dict, json_key), str)
+                ):
+                    parts_.append(
+                        "\n<"
+                        + str(json_key)
+                        + ">"
+                        + str(jinja.mark_safe(jinja.tojson(jinja.getitem(json_dict, json_key))))
+                        + "</"
+                        + str(json_key)
+                        + ">"
+                    )
+                else:
+                    parts_.append(
+                        "\n<"
+                        + str(json_key)
+                        + ">"
+                        + str(jinja.getitem(json_dict, json_key))
+                        + "</"
+                        + str(json_key)
+                        + ">"
+                    )
+        return "".join(parts_)
+
     def render_assistant(self, out, message, message_index, truncate_history_thinking, ns):
         """The template's assistant branch of the message loop (lines 105-172)."""
         # L107: {% if %}
         if (
-            jinja.defined(message["reasoning_content"])
+            jinja.is_defined(message["reasoning_content"])
             and isinstance(message["reasoning_content"], str)
-            and len(jinja.trim(message["reasoning_content"])) > 0
+            and jinja.length(jinja.trim(message["reasoning_content"])) > 0
         ):
             content = (
                 "<think>\n"
@@ -248,17 +248,18 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                 content = content
         # L120: {% if %}
         if (
-            jinja.defined(message["tool_calls"])
+            jinja.is_defined(message["tool_calls"])
             and jinja.is_iterable(message["tool_calls"])
             and len(message["tool_calls"]) > 0
         ):
             out.append("<|im_start|>assistant\n")
             include_content = not (truncate_history_thinking and message_index < ns.last_user_idx)
             # L124: {% if %}
-            if isinstance(content, str) and len(jinja.trim(content)) > 0:
+            if isinstance(content, str) and jinja.length(jinja.trim(content)) > 0:
                 # L125: {% if %}
                 if include_content:
-                    out.append(jinja.trim(content) + "\n")
+                    out.append_content(jinja.trim(content))
+                    out.append("\n")
                 else:
                     c = str(content)
                     # L129: {% if %}
@@ -268,24 +269,27 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                         c = c.split("<think>")[0]
                     c = "<think></think>" + jinja.trim(c)
                     # L137: {% if %}
-                    if len(c) > 0:
-                        out.append(str(c) + "\n")
+                    if jinja.length(c) > 0:
+                        out.append_content(str(c))
+                        out.append("\n")
             else:
                 out.append("<think></think>")
             # L144: {% for %}
             for tool_call in message["tool_calls"]:
                 # L145: {% if %}
-                if jinja.defined(tool_call["function"]):
+                if jinja.is_defined(tool_call["function"]):
                     tool_call = tool_call["function"]
-                out.append("<tool_call>\n<function=" + str(tool_call["name"]) + ">\n")
+                out.append("<tool_call>\n<function=")
+                out.append_content(str(tool_call["name"]))
+                out.append(">\n")
                 # L149: {% if %}
-                if jinja.defined(tool_call["arguments"]):
+                if jinja.is_defined(tool_call["arguments"]):
                     # L150: {% for %}
                     for args_name, args_value in jinja.items(tool_call["arguments"]):
                         out.append("<parameter=" + str(args_name) + ">\n")
                         args_value = (
                             jinja.mark_safe(jinja.tojson(args_value))
-                            if isinstance(args_value, dict)
+                            if jinja.is_mapping(args_value)
                             or (jinja.is_sequence(args_value) and not isinstance(args_value, str))
                             else jinja.soft_str(args_value)
                         )
@@ -295,11 +299,9 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         else:
             # L161: {% if %}
             if not (truncate_history_thinking and message_index < ns.last_user_idx):
-                out.append(
-                    "<|im_start|>assistant\n"
-                    + jinja.trim(str(jinja.default(content, "", True)))
-                    + "<|im_end|>\n"
-                )
+                out.append("<|im_start|>assistant\n")
+                out.append_content(jinja.trim(str(jinja.default(content, "", True))))
+                out.append("<|im_end|>\n")
             else:
                 c = str(jinja.default(content, "", True))
                 # L165: {% if %}
@@ -307,8 +309,10 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                     c = "<think></think>" + str(c.split("</think>")[-1])
                 c = jinja.trim(c)
                 # L169: {% if %}
-                if len(c) > 0:
-                    out.append("<|im_start|>assistant\n" + str(c) + "<|im_end|>\n")
+                if jinja.length(c) > 0:
+                    out.append("<|im_start|>assistant\n")
+                    out.append_content(str(c))
+                    out.append("<|im_end|>\n")
                 else:
                     out.append("<|im_start|>assistant\n<|im_end|>\n")
 
@@ -316,20 +320,19 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         """The template's user / system branch of the message loop (lines 176-180)."""
         out.append("<|im_start|>" + message["role"] + "\n")
         content = str(message["content"])
-        out.append(str(content) + "<|im_end|>\n")
+        out.append_content(str(content))
+        out.append("<|im_end|>\n")
 
     def render_tool(self, out, message, message_index, loop_messages):
         """The template's tool branch of the message loop (lines 181-191)."""
         # L182: {% if %}
-        if (
+        if (loop_messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")) and (
             loop_messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
-        ) and (
-            loop_messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
-        )[
-            "role"
-        ] != "tool":
+        )["role"] != "tool":
             out.append("<|im_start|>user\n")
-        out.append("<tool_response>\n" + str(message["content"]) + "\n</tool_response>\n")
+        out.append("<tool_response>\n")
+        out.append_content(str(message["content"]))
+        out.append("\n</tool_response>\n")
         # L188: {% if %}
         if (
             message_index != len(loop_messages) - 1

@@ -53,7 +53,7 @@ class Qwen25Renderer(GeneratedRenderer):
             out.append("<|im_start|>system\n")
             # L3: {% if %}
             if messages[0]["role"] == "system":
-                out.append(str(messages[0]["content"]))
+                out.append_content(str(messages[0]["content"]), messages[0])
             else:
                 out.append("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
             out.append(
@@ -68,7 +68,9 @@ class Qwen25Renderer(GeneratedRenderer):
         else:
             # L15: {% if %}
             if messages[0]["role"] == "system":
-                out.append("<|im_start|>system\n" + messages[0]["content"] + "<|im_end|>\n")
+                out.append("<|im_start|>system\n")
+                out.append_content(messages[0]["content"], messages[0])
+                out.append("<|im_end|>\n")
             else:
                 out.append(
                     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"

@@ -74,7 +74,7 @@ class Qwen35Renderer(GeneratedRenderer):
                 # L7: {% for %}
                 for item in content:
                     # L8: {% if %}
-                    if "image" in item or "image_url" in item or item["type"] == "image":
+                    if "image" in item or "image_url" in item or jinja.getattribute(item, "type") == "image":
                         # L9: {% if %}
                         if is_system_content:
                             raise jinja.TemplateError("System message cannot contain images.")
@@ -85,7 +85,7 @@ class Qwen35Renderer(GeneratedRenderer):
                         if add_vision_id:
                             parts_.append("Picture " + str(image_count.value) + ": ")
                         parts_.append("<|vision_start|><|image_pad|><|vision_end|>")
-                    elif "video" in item or item["type"] == "video":
+                    elif "video" in item or jinja.getattribute(item, "type") == "video":
                         # L20: {% if %}
                         if is_system_content:
                             raise jinja.TemplateError("System message cannot contain videos.")
@@ -97,7 +97,7 @@ class Qwen35Renderer(GeneratedRenderer):
                             parts_.append("Video " + str(video_count.value) + ": ")
                         parts_.append("<|vision_start|><|video_pad|><|vision_end|>")
                     elif "text" in item:
-                        parts_.append(str(item["text"]))
+                        parts_.append(str(jinja.getattribute(item, "text")))
                     else:
                         raise jinja.TemplateError("Unexpected item type in content.")
             elif content is None or not jinja.is_defined(content):
