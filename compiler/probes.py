@@ -573,12 +573,18 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         turn = dataclasses.replace(turn, content_lead="")
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
+    generation_prompt = prompt[len(base) :] if prompt.startswith(base) else ""
+    if not generation_prompt:
+        try:  # a template without a generation flag (DeepSeek-V4) opens the turn after the last message
+            generation_prompt = renderer.generation_prompt()
+        except ValueError:  # the template refuses even a one-message conversation
+            generation_prompt = ""
     return ProbeFacts(
         turn=turn,
         reasoning=reasoning,
         tool_calls=tools,
         notes=tuple(prober.notes),
-        generation_prompt=(prompt[len(base) :] if prompt.startswith(base) else "") or renderer.generation_prompt(),
+        generation_prompt=generation_prompt,
         unlearned=unlearned,
     )
 

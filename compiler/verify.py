@@ -227,7 +227,7 @@ class DifferentialChecker:
 
 
 #: Jinja's own refusals; the runtime raises them as a plain ``TemplateError``.
-TEMPLATE_REFUSALS = ("TemplateError", "UndefinedError", "SecurityError")
+TEMPLATE_REFUSALS = ("TemplateError", "TemplateRuntimeError", "UndefinedError", "SecurityError")
 #: Refusals whose message is part of the contract (``raise_exception``, apply_chat_template's own checks).
 SAME_MESSAGE = ("TemplateError", "ValueError")
 

@@ -18,7 +18,7 @@ from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
-from .parsing import as_token_ids, decoded_prefix_lengths, parse_text, to_parsed_response, token_index_at
+from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
 from .turns import tool_names
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
@@ -436,6 +436,11 @@ class GeneratedRenderer(ABC):
             index = spans[bisect.bisect_right(starts, low) - 1][1]
             if (index >= 0 and index in chosen) or (index < 0 and text[low:high] in unmarked):
                 ranges.append((low, high))
+                unmarked.discard(text[low:high])
+        for content in unmarked:  # written through a template variable, unmarked: found by its text
+            at = text.find(content) if content else -1
+            if at >= 0:
+                ranges.append((at, at + len(content)))
         return ranges
 
     # --- facts used by the parser and the bridge --------------------------------------
@@ -542,10 +547,13 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
         )
-        lengths = decoded_prefix_lengths(self.decode, ids) if parsed.calls else [0]
-        return self._result(
-            to_parsed_response(parsed, lambda start, stop: (token_index_at(lengths, start + skipped), token_index_at(lengths, stop + skipped)))
-        )
+        token_at = char_to_token(self.decode, ids, 2 * len(parsed.calls))
+
+        def token_span(start: int, stop: int) -> tuple[int, int]:
+            first = token_at(start + skipped)
+            return first, token_at(stop + skipped, first)
+
+        return self._result(to_parsed_response(parsed, token_span))
 
     def _result(self, result: Any) -> Any:
         """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""

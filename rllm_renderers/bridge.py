@@ -140,6 +140,29 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     return message
 
 
+def renders_by_call_ids(renderer: "GeneratedRenderer", history: "History", sampled: Message, new, tools, text: str) -> bool:
+    """Whether the template renders the new tool results differently depending on which sampled call
+    each answers, when the completion does not carry call ids (DeepSeek-V4 sorts results into call
+    order by ``tool_call_id``): then the right order cannot be known from the ids, so no bridge.
+
+    Rendered once more with the ids of the new tool messages given to the calls in reverse order.
+    """
+    calls = sampled.get("tool_calls") or []
+    answered = [message.get("tool_call_id") for message in new if message.get("role") == "tool"]
+    if len(calls) < 2 or len(answered) < 2:
+        return False
+    if any(call["id"] != f"call_{index}" for index, call in enumerate(calls)):
+        return False  # the completion carries its own call ids (Kimi): the template sees them
+    ids = (answered[::-1] + [f"call_{index}" for index in range(len(calls))])[: len(calls)]
+    swapped = {**sampled, "tool_calls": [{**call, "id": ids[index]} for index, call in enumerate(calls)]}
+    try:
+        messages = history.messages + list(renderer.template_inputs([swapped] + new, tools)[0])
+        other = renderer._run_template(jinja.TemplateList(messages), history.tools, True).text()
+    except ValueError:
+        return True
+    return other != text
+
+
 # --- the history behind a prompt ----------------------------------------------------------
 
 
@@ -247,6 +270,8 @@ def bridge_turn(
     if renders is None:
         return None
     prompt_text, full = renders
+    if renders_by_call_ids(renderer, history, sampled, new, tools, full.text()):
+        return None
     if not ends_like(renderer, prompt, prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
     suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, len(history.messages))
@@ -287,7 +312,11 @@ def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: str
             tail, after_stop = tail[last_stop + 1 :], True
     text = renderer.decode(tail).lstrip("\ufffd")  # a multi-byte character cut at the start
     if not text or not prompt_text.endswith(text):
-        return False
+        # decoding is not always faithful (a SentencePiece decoder turns a literal "▁" into a
+        # space): compare the ids themselves, at the price of encoding the history's text once
+        if after_stop or renderer.encoder.encode(prompt_text)[-len(tail) :] != tail:
+            return False
+        return True
     return not after_stop or ends_with_turn_end(renderer, prompt_text[: len(prompt_text) - len(text)])
 
 

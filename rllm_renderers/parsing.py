@@ -354,6 +354,38 @@ def token_index_at(lengths: list[int], char: int) -> int:
     return min(bisect_left(lengths, char), len(lengths) - 1)
 
 
+def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int], boundaries: int) -> Callable[..., int]:
+    """``char -> token_index_at(decoded_prefix_lengths(decode, ids), char)``, computed the cheap way
+    (``low``: a token index known not to exceed the answer).
+
+    For a few boundaries in a long completion (one or two tool calls), a binary search over
+    prefix decodes; for many (a looping rollout with hundreds of calls) one linear pass
+    (:func:`decoded_prefix_lengths`), so parsing stays linear either way.
+    """
+    count = len(ids)
+    if 2 * boundaries * (count + 1).bit_length() >= count:
+        lengths = decoded_prefix_lengths(decode, ids)
+        return lambda char, low=0: token_index_at(lengths, char)
+    known: dict[int, int] = {}
+
+    def length(k: int) -> int:
+        if k not in known:
+            known[k] = len(decode(ids[:k]).rstrip("\ufffd"))
+        return known[k]
+
+    def index(char: int, low: int = 0) -> int:
+        high = count
+        while low < high:
+            middle = (low + high) // 2
+            if length(middle) >= char:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    return index
+
+
 def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
     """Build the public result; ``token_span(start, end)`` maps a character span to tokens."""
     return ParsedResponse(

@@ -356,8 +356,14 @@ class TextEncoder:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept; ids outside the vocabulary are skipped."""
-        valid = [token for token in ids if isinstance(token, int) and 0 <= token < self._vocab_size]
-        return self._shared.decode(valid, skip_special_tokens=False)
+        ids = ids if type(ids) is list else list(ids)
+        try:  # the common case, checked in C: every id is in the vocabulary
+            in_range = not ids or (min(ids) >= 0 and max(ids) < self._vocab_size)
+        except TypeError:
+            in_range = False
+        if not in_range or not set(map(type, ids)) <= {int}:
+            ids = [token for token in ids if type(token) is int and 0 <= token < self._vocab_size]
+        return self._shared.decode(ids, skip_special_tokens=False)
 
     def token_id(self, token: str) -> int:
         """The id of ``token``: its added-token id, else the one id its text encodes to.

@@ -146,10 +146,26 @@ class BridgeAudit:
         except ValueError:
             return True
 
+    def answers_depend_on_call_ids(self, renderer, completion, history, assistant, new, tools) -> bool:
+        """Whether the new tool results render differently when the sampled calls (whose ids the
+        completion does not carry) had their ids in another order: the ids alone cannot tell."""
+        calls = assistant.get("tool_calls") or []
+        if len(calls) < 2 or any(call.id for call in renderer.parse_response(completion, tools=tools).tool_calls):
+            return False
+        swapped = {**assistant, "tool_calls": [{**call, "id": calls[-1 - k].get("id")} for k, call in enumerate(calls)]}
+        try:
+            return renderer.render_ids(history + [swapped] + new, tools=tools) != renderer.render_ids(
+                history + [assistant] + new, tools=tools
+            )
+        except ValueError:
+            return True
+
     def bridge_point(self, renderer, prompt, completion, history, assistant, new, tools, knobs, junk):
         """Check every variant at one point; return the next prompt of the episode (None: stop)."""
         full = self.full_render(renderer, history + [assistant] + new, tools, knobs)
-        ambiguous = self.ambiguous(renderer, completion, history, assistant, tools)
+        ambiguous = self.ambiguous(renderer, completion, history, assistant, tools) or self.answers_depend_on_call_ids(
+            renderer, completion, history, assistant, new, tools
+        )
         self.counts["ambiguous points"] += ambiguous
         kept = prompt + completion
         extends = full is not None and full[1][: len(kept)] == kept

@@ -66,7 +66,7 @@ def test_any_sequence_of_ints_is_accepted(llama):
 @pytest.mark.parametrize(
     "bad, found",
     [
-        ("hello", "sequence of token ids"),
+        ("hello", "must be a sequence of integers, got str"),
         (None, "must be a sequence of integers, got NoneType"),
         (7, "must be a sequence of integers, got int"),
         ({"ids": [1]}, "must be a sequence of integers, got dict"),

@@ -85,19 +85,29 @@ def test_content_equal_to_a_role_name_is_attributed_to_the_content(family):
 
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
-def test_a_system_prompt_written_outside_the_message_loop_is_attributed_to_its_message(family):
-    """Templates write ``messages[0].content`` before their loop: still message 0's content."""
-    renderer = family.renderer_class(family.load_tokenizer())
-    if renderer.ROLES and "system" not in renderer.ROLES:
-        pytest.skip(f"{family.module} renders no system role")
-    messages = [{"role": "system", "content": "Stay terse zq9."}, {"role": "user", "content": "Hi."}]
-    try:
-        rendered = renderer.render(messages, add_generation_prompt=True)
-    except ValueError as refusal:
-        pytest.skip(f"the template refuses a system message: {refusal}")
-    system = [t for t, m, c in zip(rendered.token_ids, rendered.message_indices, rendered.is_content) if m == 0 and c]
-    assert "zq9" in renderer.decode(system), renderer.decode(rendered.token_ids)
+def test_content_written_outside_the_message_loop_is_attributed_to_its_message(tmp_path: Path):
+    """``messages[0].content`` written before the loop (a system prompt) is message 0's content."""
+    source = (
+        "{% if messages[0].role == 'system' %}<sys>{{ messages[0].content | trim }}</sys>{% endif %}"
+        "{% for m in messages %}{% if not (loop.first and m.role == 'system') %}<{{ m.role }}>{{ m.content }}"
+        "{% endif %}{% endfor %}"
+    )
+    template = tmp_path / "outside.jinja"
+    template.write_text(source, encoding="utf-8")
+    from compiler import pipeline
+    from compiler.source import resolve_source
+
+    code = pipeline.compile_source(resolve_source("test/outside", template=template, allow_hub=False)).code
+    renderer = pipeline.load_renderer_class(code, "outside", "OutsideRenderer")()
+    messages = [{"role": "system", "content": " Stay terse. "}, {"role": "user", "content": "Hi."}]
+    out = renderer._render_output(messages, None, False)
+    text = out.text()
+    assert text == "<sys>Stay terse.</sys><user>Hi."
+    spans = out.message_spans()
+    owner = {start: index for start, index in spans}
+    assert [text[low:high] for low, high in out.content_ranges()] == ["Stay terse.", "Hi."]
+    system_start = text.index("Stay")
+    assert max((start for start in owner if start <= system_start)) in {s for s, i in spans if i == 0}
 
 
 TINY = (
@@ -128,11 +138,11 @@ def test_same_template_and_out_folder_give_the_same_bytes_whatever_the_checkout(
         if checkout == "other":  # a checkout whose generated/ holds another candidate parent
             shutil.copy(out / "fam_a.py", generated / "fam_0.py")
         monkeypatch.setattr(pipeline, "GENERATED_DIR", generated)
-        path, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS)
+        path, _, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS)
         outputs.append(path.read_bytes())
     assert outputs[0] == outputs[1]
     # an explicitly named parent: imported from the same folder, as an import statement
-    path, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS, parent_module="fam_a")
+    path, _, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS, parent_module="fam_a")
     code = path.read_text(encoding="utf-8")
     assert "from .fam_a import FamARenderer" in code and "class FamBRenderer(FamARenderer):" in code
     assert "def render_user" not in code

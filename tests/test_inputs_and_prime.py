@@ -116,6 +116,10 @@ def test_checked_in_classes_record_their_content_format():
         "llama_3_2": "string",
         "gemma_3": "parts",
         "gpt_oss": "string",
+        # our own templates (templates_overrides/): both accept OpenAI content parts
+        "gpt_oss_harmony": "parts",
+        "minimax_m3": "parts",
+        "deepseek_v4": "string",
     }
 
 

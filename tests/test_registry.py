@@ -156,7 +156,7 @@ def test_tinker_match_with_kwargs_falls_through(caplog):
         resolution = resolve(
             "meta-llama/Llama-3.3-70B-Instruct",
             tokenizer("llama31", "meta-llama__Llama-3.1-8B-Instruct.jinja", suffix="\n"),
-            chat_template_kwargs={"thinking": True},
+            chat_template_kwargs={"date_string": "26 Jul 2024"},  # a variable the Llama template reads
         )
     assert resolution.source == "chat_template"
     assert any("takes no chat_template_kwargs" in r.getMessage() for r in caplog.records)

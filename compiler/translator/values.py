@@ -38,6 +38,7 @@ class ValueKinds:
         self.computed_attributes: set[str] = set()  # namespace attributes some `set` binds to one
         self.namespace_names: set[str] = set()  # template names bound to a namespace()
         self.content_names: set[str] = set()  # template names some `set` binds to message content
+        self.content_attributes: set[str] = set()  # namespace attributes some `set` binds to content
         self.tool_call_names: set[str] = set()  # template names bound to a tool call
         self.macro_names: set[str] = set()  # every macro the template defines
 
@@ -86,8 +87,10 @@ class ValueKinds:
         """Names a ``set`` binds to message content, and loop variables over tool calls."""
         self.macro_names = {macro.name for macro in template.find_all(nodes.Macro)}
         while True:
-            known = (set(self.content_names), set(self.tool_call_names))
+            known = (set(self.content_names), set(self.tool_call_names), set(self.content_attributes))
             for assign in template.find_all(nodes.Assign):
+                if isinstance(assign.target, nodes.NSRef) and self.is_content_node(assign.node):
+                    self.content_attributes.add(assign.target.attr)  # `{% set parts.visible = content %}`
                 if isinstance(assign.target, nodes.Name):
                     if self.is_content_node(assign.node):
                         self.content_names.add(assign.target.name)
@@ -101,7 +104,7 @@ class ValueKinds:
                     and iterated.arg.value == "tool_calls"
                 ):
                     self.tool_call_names |= target_names(loop.target)
-            if known == (self.content_names, self.tool_call_names):
+            if known == (self.content_names, self.tool_call_names, self.content_attributes):
                 return
 
     def is_tool_call_node(self, node: nodes.Node) -> bool:
@@ -148,6 +151,10 @@ class ValueKinds:
             return node.name in self.content_names
         if self.content_owner(node) is not None:
             return True
+        if isinstance(node, nodes.Or):  # `message.content or ''`
+            return self.is_content_node(node.left) and isinstance(node.right, nodes.Const) and not node.right.value
+        if isinstance(node, nodes.Getattr) and node.attr in self.content_attributes and isinstance(node.node, nodes.Name):
+            return True  # a namespace attribute holding content (`parts.visible`)
         if isinstance(node, (nodes.Getattr, nodes.Getitem)):
             key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
             if key in CONTENT_FIELDS and isinstance(node.node, nodes.Name):
