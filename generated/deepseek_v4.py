@@ -123,7 +123,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
 
     def render_system(self, out, message, message_index, tools, ns, macro_tools_section):
         """The template's system branch of the message loop (lines 73-78)."""
-        out.append(str(message["content"] or ""))
+        out.append_content(str(message["content"] or ""))
         # L75: {% if %}
         if tools and message_index == ns.first_system:
             out.append(macro_tools_section())
@@ -189,8 +189,9 @@ class DeepseekV4Renderer(GeneratedRenderer):
             out.append("<｜Assistant｜>" + ("<think>" if with_reasoning else "</think>"))
         # L125: {% if %}
         if with_reasoning:
-            out.append(str(message["reasoning_content"] or "") + "</think>")
-        out.append(str(message["content"] or ""))
+            out.append_content(str(message["reasoning_content"] or ""))
+            out.append("</think>")
+        out.append_content(str(message["content"] or ""))
         # L129: {% if %}
         if message["tool_calls"]:
             ns.calls = message["tool_calls"]

@@ -162,7 +162,7 @@ class Gemma4Renderer(GeneratedRenderer):
                             tool_body = follow.get("content")
                             # L286: {% if %}
                             if isinstance(tool_body, str):
-                                out.append(self.macro_format_tool_response_block(ns_tname.name, tool_body))
+                                out.append_content(self.macro_format_tool_response_block(ns_tname.name, tool_body))
                             elif jinja.is_sequence(tool_body) and not isinstance(tool_body, str):
                                 ns_txt = jinja.Namespace(s="")
                                 # L290: {% for %}
@@ -170,9 +170,9 @@ class Gemma4Renderer(GeneratedRenderer):
                                     # L291: {% if %}
                                     if part.get("type") == "text":
                                         ns_txt.s = ns_txt.s + jinja.default(part.get("text"), "")
-                                out.append(self.macro_format_tool_response_block(ns_tname.name, ns_txt.s))
+                                out.append_content(self.macro_format_tool_response_block(ns_tname.name, ns_txt.s))
                             else:
-                                out.append(self.macro_format_tool_response_block(ns_tname.name, tool_body))
+                                out.append_content(self.macro_format_tool_response_block(ns_tname.name, tool_body))
                             ns_tr_out.flag = True
                             ns.prev_message_type = "tool_response"
                 # L305: {% if %}

@@ -208,10 +208,12 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     out.append("]~b]ai\n")
                     # L130: {% if %}
                     if parts_.reasoning:
-                        out.append("<mm:think>" + str(parts_.reasoning) + "</mm:think>")
+                        out.append("<mm:think>")
+                        out.append_content(str(parts_.reasoning))
+                        out.append("</mm:think>")
                     else:
                         out.append("</mm:think>")
-                    out.append(str(parts_.visible))
+                    out.append_content(str(parts_.visible))
                     # L136: {% if %}
                     if message["tool_calls"]:
                         out.append(str(NS) + "<tool_call>\n")
