@@ -229,7 +229,10 @@ def history_of(renderer: "GeneratedRenderer", prompt: list[int], messages, tools
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be the non-empty list of messages the previous prompt was rendered from")
     template_messages, template_tools = renderer.template_inputs(list(messages), tools)
-    return History(list(template_messages), template_tools, remembered.prompt_text if remembered else None)
+    template_messages = list(template_messages)
+    # only the same conversation lends its text: two texts can encode to the same ids (NFC)
+    known_text = remembered.prompt_text if remembered and remembered.messages == template_messages else None
+    return History(template_messages, template_tools, known_text)
 
 
 # --- the bridge ---------------------------------------------------------------------------

@@ -192,3 +192,21 @@ def test_retention_policies_on_a_rewritten_turn():
         tail = renderer.decode(bridged.token_ids[len(prompt) + len(completion) :])
         assert tail == "\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"
         assert bridged.message_indices[-1] == -1 and 0 in bridged.message_indices
+
+
+def test_a_remembered_prompt_of_another_conversation_with_the_same_ids_lends_nothing():
+    """Two texts can encode to the same ids (Qwen3 normalizes to NFC: U+2F800 is U+4E3D). Given
+    ``messages=``, the bridge must use that conversation's own text, not a remembered one's."""
+    from tests.families import FAMILIES
+
+    family = next(family for family in FAMILIES if family.module == "qwen3")
+    renderer = family.renderer_class(family.load_tokenizer())
+    compat, plain = [{"role": "user", "content": "\U0002f800"}], [{"role": "user", "content": "\u4e3d"}]
+    prompt = renderer.render_ids(compat, add_generation_prompt=True)
+    assert renderer.render_ids(plain, add_generation_prompt=True) == prompt
+    answer = {"role": "assistant", "content": "ok", "reasoning_content": "hmm"}  # kept before a tool result
+    follow_up = {"role": "tool", "content": "42"}
+    completion = renderer.render_ids(plain + [answer])[len(prompt) :]
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [follow_up], messages=plain)
+    expected = renderer.render_ids(plain + [answer, follow_up], add_generation_prompt=True)
+    assert bridged is not None and bridged.token_ids == expected
