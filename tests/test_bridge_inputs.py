@@ -110,14 +110,16 @@ def test_a_prompt_without_the_generation_prompt_is_not_bridged():
     assert renderer.bridge_to_next_turn(bare, completion, [FOLLOW_UP]) is None
 
 
-def test_messages_that_do_not_match_the_prompt_are_an_error_or_none(llama):
+def test_messages_that_do_not_match_the_prompt_are_an_error(llama):
     renderer, prompt, completion, _ = llama
     other = [{"role": "user", "content": "Other."}]
     fresh = renderer_of("llama_3_1")  # knows only what it is told: the prompt's end does not match
     with pytest.raises(ValueError, match="do not end as the template renders `messages`"):
         fresh.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
-    # a renderer that produced the prompt knows its text: these messages do not extend it
-    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other) is None
+    # a renderer that produced the prompt lends its remembered text only to that same conversation:
+    # other messages are the caller's error there too
+    with pytest.raises(ValueError, match="do not end as the template renders `messages`"):
+        renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
 
 
 def test_history_comes_from_the_renderer_or_the_caller_never_a_guess(llama):
