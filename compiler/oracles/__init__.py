@@ -38,6 +38,26 @@ FIREWORKS_PREFIX = "fireworks:"
 ORACLE_NAMES = (DEEPSEEK_V4, FIREWORKS_PREFIX + "<renderer>", HARMONY)
 
 
+class TokenOracle:
+    """A reference that renders token ids (a Fireworks renderer, OpenAI's harmony encoder) behind
+    ``TemplateOracle``'s interface: a subclass defines ``render_ids`` and ``decode``; its text is
+    the decoding of its ids."""
+
+    #: A Python reference: its refusals are not worded as the template's, only both must refuse.
+    is_template = False
+
+    def render_text(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = False,
+        knobs: dict | None = None,
+    ) -> str:
+        ids = self.render_ids(messages, tools=tools, add_generation_prompt=add_generation_prompt, knobs=knobs)
+        return self.decode(ids)
+
+
 class OracleUnavailable(CompileError):
     """The oracle's code (or what it imports) is not present on this machine."""
 

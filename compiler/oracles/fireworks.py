@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..oracle import EMPTY_CONVERSATION_MESSAGE, OracleRejected
-from . import OracleUnavailable, import_in_place, oracle_folder
+from . import OracleUnavailable, TokenOracle, import_in_place, oracle_folder
 
 
 def import_fireworks_renderers() -> None:
@@ -57,7 +57,9 @@ def import_fireworks_renderers() -> None:
         ) from None
     loaded = getattr(sys.modules["training"], "__file__", None) or ""
     if not str(Path(loaded).resolve()).startswith(str(folder.resolve())):
-        raise OracleUnavailable(f"a different `training` package is already imported ({loaded}), not the one in {folder}")
+        raise OracleUnavailable(
+            f"a different `training` package is already imported ({loaded}), not the one in {folder}"
+        )
 
 
 # ---------------------------------------------------------------- variants
@@ -190,7 +192,11 @@ def declares_tools(renderer: Any) -> bool:
 
 def fold_tools(renderer: Any, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[dict[str, Any]]:
     """Prepend the renderer's tool-declaration prefix, folding a leading system message into it."""
-    functions = [tool["function"] for tool in tools or () if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping)]
+    functions = [
+        tool["function"]
+        for tool in tools or ()
+        if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping)
+    ]
     if not functions or not declares_tools(renderer):
         return messages
     messages = list(messages)
@@ -211,11 +217,8 @@ def fold_tools(renderer: Any, messages: list[dict[str, Any]], tools: list[dict] 
 # ---------------------------------------------------------------- the oracle
 
 
-class FireworksOracle:
+class FireworksOracle(TokenOracle):
     """A Fireworks cookbook renderer with the interface of :class:`compiler.oracle.TemplateOracle`."""
-
-    #: A Python reference: its refusals are not worded as the template's, only both must refuse.
-    is_template = False
 
     def __init__(self, name: str, tokenizer: Any):
         if tokenizer is None:
@@ -272,13 +275,5 @@ class FireworksOracle:
         except Exception as exc:
             raise OracleRejected(str(exc), type(exc).__name__) from exc
 
-    def render_text(
-        self,
-        messages: list[dict],
-        *,
-        tools: list[dict] | None = None,
-        add_generation_prompt: bool = False,
-        knobs: dict | None = None,
-    ) -> str:
-        ids = self.render_ids(messages, tools=tools, add_generation_prompt=add_generation_prompt, knobs=knobs)
+    def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..oracle import EMPTY_CONVERSATION_MESSAGE, OracleRejected
-from . import OracleUnavailable
+from . import OracleUnavailable, TokenOracle
 
 KNOBS = ("reasoning_effort", "model_identity", "builtin_tools")
 
@@ -47,15 +47,14 @@ def _harmony():
     try:
         import openai_harmony
     except ImportError as exc:
-        raise OracleUnavailable(f"the harmony oracle needs openai-harmony (pip install -e '.[harmony]'): {exc}") from None
+        raise OracleUnavailable(
+            f"the harmony oracle needs openai-harmony (pip install -e '.[harmony]'): {exc}"
+        ) from None
     return openai_harmony
 
 
-class HarmonyOracle:
+class HarmonyOracle(TokenOracle):
     """openai-harmony with the interface of :class:`compiler.oracle.TemplateOracle`."""
-
-    #: A Python reference: its refusals are not worded as the template's, only both must refuse.
-    is_template = False
 
     def __init__(self, tokenizer: Any):
         if tokenizer is None:
@@ -192,15 +191,7 @@ class HarmonyOracle:
         except Exception as exc:
             raise OracleRejected(str(exc), type(exc).__name__) from exc
 
-    def render_text(
-        self,
-        messages: list[dict],
-        *,
-        tools: list[dict] | None = None,
-        add_generation_prompt: bool = False,
-        knobs: dict | None = None,
-    ) -> str:
-        ids = self.render_ids(messages, tools=tools, add_generation_prompt=add_generation_prompt, knobs=knobs)
+    def decode(self, ids: list[int]) -> str:
         return self.encoding.decode_utf8(ids)
 
 
@@ -210,5 +201,7 @@ def _text(content: Any, index: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text")
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
     raise ValueError(f"message {index}: content must be a string or a list of text parts, not {type(content).__name__}")
