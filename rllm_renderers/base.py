@@ -360,23 +360,18 @@ class GeneratedRenderer(ABC):
         """Token ids with attribution: each token's message (-1: scaffolding) and whether the model samples it."""
         out = self._render_output(messages, tools, add_generation_prompt)
         text = out.text()
-        spans = out.message_spans()
+        part_starts = out.part_starts()
+        spans = out.message_spans(part_starts)
         plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
         token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
-        message_indices = []
-        span = 0
-        for offset in offsets:
-            while span + 1 < len(spans) and spans[span + 1][0] <= offset:
-                span += 1
-            message_indices.append(spans[span][1])
         return self._result(
             RenderedTokens(
                 token_ids=token_ids,
-                message_indices=message_indices,
+                message_indices=span_values(offsets, spans),
                 sampled_mask=inside_ranges(offsets, sampled_ranges),
-                is_content=inside_ranges(offsets, out.content_ranges()),
+                is_content=inside_ranges(offsets, out.content_ranges(part_starts)),
                 message_roles=[message.get("role", "") for message in messages],
                 message_tool_names=tool_names(messages),
             )
@@ -633,16 +628,27 @@ def cut_at_stop_string(text: str, stops: list[str]) -> tuple[str, str | None]:
 
 def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:
     """Per offset (ascending), whether it falls in one of the half-open character ranges."""
-    starts, ends = [], []
-    for start, end in sorted(ranges):
-        if ends and start <= ends[-1]:
-            ends[-1] = max(ends[-1], end)  # merge overlapping ranges
-        else:
-            starts.append(start)
-            ends.append(end)
-    flags, current = [], 0
-    for offset in offsets:
-        while current < len(ends) and ends[current] <= offset:
-            current += 1
-        flags.append(current < len(starts) and starts[current] <= offset)
+    flags = [False] * len(offsets)
+    for start, end in ranges:  # the offsets in a range are one slice of them
+        low, high = bisect.bisect_left(offsets, start), bisect.bisect_left(offsets, end)
+        if low < high:
+            flags[low:high] = [True] * (high - low)
     return flags
+
+
+def span_values(offsets: list[int], spans: list[tuple[int, int]]) -> list[int]:
+    """Per offset (ascending), the value of the span it falls in; ``spans`` are ``(start, value)``
+    pairs in ascending order, each reaching to the next start, the first starting at or before
+    the first offset."""
+    values = [0] * len(offsets)
+    first = max(bisect.bisect_right(spans, (offsets[0], float("inf"))) - 1, 0) if offsets else 0
+    low = 0
+    for position in range(first, len(spans)):
+        start, value = spans[position]
+        high = bisect.bisect_left(offsets, spans[position + 1][0], low) if position + 1 < len(spans) else len(offsets)
+        if low < high:
+            values[low:high] = [value] * (high - low)
+        low = max(low, high)
+        if low == len(offsets):
+            break
+    return values

@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import template_runtime as jinja
-from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at
+from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
 from .turns import cut_at_stop, tool_names
 from .types import Message, RenderedTokens, ToolSpec
 
@@ -205,8 +204,12 @@ class PromptHistories:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
-    def recall(self, ids: list[int]) -> History | None:
-        key = self._key(ids)
+    def recall(self, ids: list) -> History | None:
+        """The history remembered for exactly these ids (None for unknown ids, or ids that are not ints)."""
+        try:
+            key = self._key(ids)
+        except TypeError:  # an unhashable element: not ids the renderer produced
+            return None
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] != ids[-PROMPT_TAIL_TOKENS:]:
@@ -215,13 +218,13 @@ class PromptHistories:
             return entry[1]
 
 
-def history_of(renderer: "GeneratedRenderer", prompt: list[int], messages, tools) -> History | None:
-    """The conversation ``prompt`` was rendered from: ``messages`` when given, else the renderer's memory.
+def history_of(renderer: "GeneratedRenderer", remembered: History | None, messages, tools) -> History | None:
+    """The conversation the prompt was rendered from: ``messages`` when given, else ``remembered``
+    (the renderer's memory of that prompt).
 
     With ``messages``, a remembered prompt still lends its text (the template run it saves is
     only needed to know that text).
     """
-    remembered = renderer.prompt_histories.recall(prompt)
     if remembered is not None and remembered.tools != jinja.template_data(tools):
         remembered = None  # rendered with other tools: not this conversation
     if messages is None:
@@ -247,7 +250,12 @@ def bridge_turn(
     tools: list[ToolSpec] | None = None,
     messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
-    prompt = as_token_ids(previous_prompt_ids, "previous_prompt_ids")
+    prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
+    # Ids the renderer produced itself are ints (their hash and tail match): only others are checked,
+    # element by element, which would cost more than the rest of the bridge on a long prompt.
+    remembered = renderer.prompt_histories.recall(prompt)
+    if remembered is None:
+        prompt = as_token_ids(prompt, "previous_prompt_ids")
     completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):
@@ -258,7 +266,7 @@ def bridge_turn(
         raise ValueError(f"new_messages: {exc}") from None
     if unlearned_reason(renderer) is not None:
         return None
-    history = history_of(renderer, prompt, messages, tools)
+    history = history_of(renderer, remembered, messages, tools)
     if history is None:
         return None
     kept = closed_completion(renderer, completion)
@@ -273,16 +281,17 @@ def bridge_turn(
     if renders is None:
         return None
     prompt_text, full = renders
-    if renders_by_call_ids(renderer, history, sampled, new, tools, full.text()):
+    full_text = full.text()
+    if renders_by_call_ids(renderer, history, sampled, new, tools, full_text):
         return None
     if not ends_like(renderer, prompt, prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
-    suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, len(history.messages))
+    suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, full_text, len(history.messages))
     if suffix_start is None:
         return None
-    result = bridged_tokens(renderer, prompt + kept, full, suffix_start, len(history.messages) + 1, new, extended)
+    result = bridged_tokens(renderer, prompt + kept, full, full_text, suffix_start, len(history.messages) + 1, new, extended)
     if result is not None:
-        renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full.text()))
+        renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full_text))
     return result
 
 
@@ -352,7 +361,7 @@ def no_generation_prompt_or_mismatch(renderer, prompt, history: History, message
 
 
 def sampled_turn_end(
-    renderer: "GeneratedRenderer", prompt_text: str, completion_text: str, full: "RenderOutput", turn_index: int
+    renderer: "GeneratedRenderer", prompt_text: str, completion_text: str, full: "RenderOutput", text: str, turn_index: int
 ) -> int | None:
     """Where in the full rendering the sampled turn (with its close) ends, or None.
 
@@ -360,7 +369,6 @@ def sampled_turn_end(
     template rewrote history: None under the "template" policy; under "verbatim", the end of
     the turn's close as the template writes it (see :func:`close_end`).
     """
-    text = full.text()
     if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
         return len(prompt_text) + len(completion_text)
     if renderer.thinking_retention == "template" or not renderer.TURN.close:
@@ -390,6 +398,7 @@ def bridged_tokens(
     renderer: "GeneratedRenderer",
     prefix: list[int],
     full: "RenderOutput",
+    text: str,
     suffix_start: int,
     first_new: int,
     new,
@@ -405,7 +414,7 @@ def bridged_tokens(
     from .base import inside_ranges  # base imports this module
 
     anchor = renderer.decode(prefix[-1:])
-    text = full.text()
+    part_starts = full.part_starts()
     shift = suffix_start - len(anchor)  # full-text offset of the encoded string's first character
 
     def in_suffix(ranges):
@@ -413,7 +422,7 @@ def bridged_tokens(
 
     plain = None
     if renderer.plain_content_roles:
-        plain = in_suffix(renderer._plain_ranges(full, text, extended.messages))
+        plain = in_suffix(renderer._plain_ranges(full, text, extended.messages, full.message_spans(part_starts)))
     ids, offsets = renderer.encoder.encode_with_offsets(anchor + text[suffix_start:], plain_ranges=plain)
     if ids[:1] != prefix[-1:]:
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
@@ -421,23 +430,18 @@ def bridged_tokens(
     return RenderedTokens(
         token_ids=prefix + suffix_ids,
         message_indices=[-1] * len(prefix)
-        + new_message_indices(full, [shift + offset for offset in suffix_offsets], first_new),
+        + new_message_indices(full.message_spans(part_starts), [shift + offset for offset in suffix_offsets], first_new),
         sampled_mask=[False] * (len(prefix) + len(suffix_ids)),
-        is_content=[False] * len(prefix) + inside_ranges(suffix_offsets, in_suffix(full.content_ranges())),
+        is_content=[False] * len(prefix) + inside_ranges(suffix_offsets, in_suffix(full.content_ranges(part_starts))),
         message_roles=[message.get("role", "") for message in new],
         message_tool_names=tool_names(new),
     )
 
 
-def new_message_indices(full: "RenderOutput", offsets: list[int], first_new: int) -> list[int]:
+def new_message_indices(spans: list[tuple[int, int]], offsets: list[int], first_new: int) -> list[int]:
     """Per token (character offset in the full text, ascending), the index in ``new_messages`` of the
-    message whose rendering it belongs to (the template's own message marks), or -1 for scaffolding."""
-    spans = full.message_spans()
-    span = max(bisect_right(spans, (offsets[0], float("inf"))) - 1, 0) if offsets else 0
-    indices = []
-    for offset in offsets:
-        while span + 1 < len(spans) and spans[span + 1][0] <= offset:
-            span += 1
-        index = spans[span][1]
-        indices.append(index - first_new if index >= first_new else -1)
-    return indices
+    message whose rendering it belongs to (the template's own message marks, ``spans``), or -1 for
+    scaffolding."""
+    from .base import span_values  # base imports this module
+
+    return [index - first_new if index >= first_new else -1 for index in span_values(offsets, spans)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 
@@ -55,29 +56,24 @@ class RenderOutput:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def content_ranges(self) -> list[tuple[int, int]]:
-        """Half-open character ranges of the pieces appended with :meth:`append_content`."""
-        ranges = []
-        offset = 0
-        content = iter(self.content_parts)
-        next_content = next(content, None)
-        for index, part in enumerate(self.parts):
-            if index == next_content:
-                if part:
-                    ranges.append((offset, offset + len(part)))
-                next_content = next(content, None)
-            offset += len(part)
-        return ranges
+    def part_starts(self) -> list[int]:
+        """The character offset of every part in :meth:`text`, plus the text's length at the end."""
+        return [0, *accumulate(map(len, self.parts))]
 
-    def message_spans(self) -> list[tuple[int, int]]:
+    def content_ranges(self, starts: list[int] | None = None) -> list[tuple[int, int]]:
+        """Half-open character ranges of the pieces appended with :meth:`append_content`.
+
+        ``starts``: :meth:`part_starts`, when the caller already has them.
+        """
+        starts = self.part_starts() if starts is None else starts
+        return [(starts[part], starts[part + 1]) for part in self.content_parts if starts[part + 1] > starts[part]]
+
+    def message_spans(self, starts: list[int] | None = None) -> list[tuple[int, int]]:
         """``(char_start, message_index)`` pairs, in order, starting at character 0 with -1."""
+        starts = self.part_starts() if starts is None else starts
         spans = [(0, -1)]
-        offset = 0
-        part_index = 0
         for mark_part, message_index in self.marks:
-            while part_index < mark_part:
-                offset += len(self.parts[part_index])
-                part_index += 1
+            offset = starts[mark_part]
             if spans[-1][0] == offset:
                 spans[-1] = (offset, message_index)
             else:

@@ -299,16 +299,22 @@ def _strip_suffix(text: str, suffix: str) -> str:
     return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
 
 
-def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
-    """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
-    torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+def token_sequence(token_ids: Any, what: str = "token_ids") -> list:
+    """``token_ids`` as a Python list (numpy / torch / ``array.array`` converted once), elements unchecked;
+    anything that is not a sequence is a ValueError naming the culprit."""
     if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
         raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
     if hasattr(token_ids, "tolist"):  # numpy / torch / array.array: one conversion to Python ints
         token_ids = token_ids.tolist()
         if not isinstance(token_ids, list):  # a 0-d array
             raise ValueError(f"{what} must be a sequence of integers, got a scalar")
-    ids = token_ids if type(token_ids) is list else list(token_ids)
+    return token_ids if type(token_ids) is list else list(token_ids)
+
+
+def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
+    """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
+    torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+    ids = token_sequence(token_ids, what)
     if set(map(type, ids)) <= {int}:  # the common case, checked in C
         return ids
     checked = []
