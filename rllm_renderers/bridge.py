@@ -427,12 +427,19 @@ def bridged_tokens(
     if ids[:1] != prefix[-1:]:
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
     suffix_ids, suffix_offsets = ids[1:], offsets[1:]
+    # Per-token lists as long as the whole prompt: each built by one fill and one in-place extend.
+    token_ids = prefix + suffix_ids
+    message_indices = [-1] * len(prefix)
+    message_indices += new_message_indices(
+        full.message_spans(part_starts), [shift + offset for offset in suffix_offsets], first_new
+    )
+    is_content = [False] * len(prefix)
+    is_content += inside_ranges(suffix_offsets, in_suffix(full.content_ranges(part_starts)))
     return RenderedTokens(
-        token_ids=prefix + suffix_ids,
-        message_indices=[-1] * len(prefix)
-        + new_message_indices(full.message_spans(part_starts), [shift + offset for offset in suffix_offsets], first_new),
-        sampled_mask=[False] * (len(prefix) + len(suffix_ids)),
-        is_content=[False] * len(prefix) + inside_ranges(suffix_offsets, in_suffix(full.content_ranges(part_starts))),
+        token_ids=token_ids,
+        message_indices=message_indices,
+        sampled_mask=[False] * len(token_ids),
+        is_content=is_content,
         message_roles=[message.get("role", "") for message in new],
         message_tool_names=tool_names(new),
     )
