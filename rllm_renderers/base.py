@@ -522,13 +522,15 @@ class GeneratedRenderer(ABC):
         text = self.decode(ids)
         text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
         stop = text_stop or stop
+        close_lead = ""
         if self.TURN is not None and stop:
             # the close's text before its stop (``\n`` of ``\n</assistant>``), or, when the next
             # header ended the turn, what the template writes before that header, is not content
             turn = self.TURN
             lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
             lead = lead if turn.close else turn.after_close
-            text = text[: len(text) - len(lead)] if lead and text.endswith(lead) else text
+            if lead and text.endswith(lead):
+                text, close_lead = text[: len(text) - len(lead)], lead
         if self.UNLEARNED:
             return self._result(ParsedResponse(content=text, reasoning_complete=None, status="unlearned"))
         lead = self.TURN.content_lead
@@ -541,6 +543,7 @@ class GeneratedRenderer(ABC):
             tool_calls=self.TOOL_CALLS,
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
+            close_lead=close_lead,
         )
         token_at = char_to_token(self.decode, ids, 2 * len(parsed.calls))
 

@@ -22,9 +22,11 @@ generation prompt, and earlier bridge results), keyed by the prompt's exact ids 
 tools). A prompt the renderer cannot trace back to its messages gets ``None``.
 
 ``None`` also when: no previous prompt or no new message; an assistant message among the new
-ones; the completion does not parse into a turn the template can render (reasoning left open,
-a malformed tool call); the template rejects the new messages; the previous prompt was not
-rendered with the generation prompt.
+ones; the completion does not parse into a turn the template can render (a malformed tool
+call); the template rejects the new messages; the previous prompt was not rendered with the
+generation prompt. A completion that leaves its reasoning open is read as that reasoning, a
+guess: it bridges only where the template renders that turn exactly as sampled, also under
+"verbatim".
 
 Cost: the new messages (and ``messages=``, when given) are converted once for the template;
 the translated template runs once over the whole conversation (twice when the prompt is not
@@ -119,14 +121,17 @@ def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) 
     return cut
 
 
-def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> Message | None:
-    """The assistant message the completion encodes, or None when it does not parse cleanly.
+def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> tuple[Message, bool] | None:
+    """The assistant message the completion encodes, and whether it is only a guess; None when it
+    does not parse cleanly.
 
-    A tool-call turn without text gets ``content=""``: transformers drops ``content=None``
-    before rendering, and several templates refuse an assistant message without content.
+    A turn that leaves its reasoning open is a guess (its reasoning is the open block's text): it
+    may only bridge where the template renders it exactly as sampled. A tool-call turn without
+    text gets ``content=""``: transformers drops ``content=None`` before rendering, and several
+    templates refuse an assistant message without content.
     """
     parsed = renderer.parse_response(completion_ids, tools=tools)
-    if parsed.reasoning_complete is False or any(call.status not in RENDERABLE_CALLS for call in parsed.tool_calls):
+    if any(call.status not in RENDERABLE_CALLS for call in parsed.tool_calls):
         return None
     message: Message = {"role": "assistant", "content": parsed.content or ""}
     if parsed.reasoning_content is not None:
@@ -136,7 +141,7 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
             {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
             for index, call in enumerate(parsed.tool_calls)
         ]
-    return message
+    return message, parsed.reasoning_complete is False
 
 
 def renders_by_call_ids(renderer: "GeneratedRenderer", history: "History", sampled: Message, new, tools, text: str) -> bool:
@@ -270,9 +275,10 @@ def bridge_turn(
     if history is None:
         return None
     kept = closed_completion(renderer, completion)
-    sampled = sampled_turn_as_message(renderer, kept, tools) if kept else None
-    if sampled is None:
+    parsed = sampled_turn_as_message(renderer, kept, tools) if kept else None
+    if parsed is None:
         return None
+    sampled, guessed = parsed
     try:
         extended = History(history.messages + list(renderer.template_inputs([sampled] + new, tools)[0]), history.tools)
     except ValueError:
@@ -286,7 +292,9 @@ def bridge_turn(
         return None
     if not ends_like(renderer, prompt, prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
-    suffix_start = sampled_turn_end(renderer, prompt_text, renderer.decode(kept), full, full_text, len(history.messages))
+    suffix_start = sampled_turn_end(
+        renderer, prompt_text, renderer.decode(kept), full, full_text, len(history.messages), rewrite_allowed=not guessed
+    )
     if suffix_start is None:
         return None
     result = bridged_tokens(renderer, prompt + kept, full, full_text, suffix_start, len(history.messages) + 1, new, extended)
@@ -361,17 +369,25 @@ def no_generation_prompt_or_mismatch(renderer, prompt, history: History, message
 
 
 def sampled_turn_end(
-    renderer: "GeneratedRenderer", prompt_text: str, completion_text: str, full: "RenderOutput", text: str, turn_index: int
+    renderer: "GeneratedRenderer",
+    prompt_text: str,
+    completion_text: str,
+    full: "RenderOutput",
+    text: str,
+    turn_index: int,
+    *,
+    rewrite_allowed: bool = True,
 ) -> int | None:
     """Where in the full rendering the sampled turn (with its close) ends, or None.
 
     When the full rendering starts with prompt + completion, right after them. Otherwise the
-    template rewrote history: None under the "template" policy; under "verbatim", the end of
-    the turn's close as the template writes it (see :func:`close_end`).
+    template rewrote history: None under the "template" policy (or when the sampled turn's message
+    is only a guess, ``rewrite_allowed=False``); under "verbatim", the end of the turn's close as
+    the template writes it (see :func:`close_end`).
     """
     if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
         return len(prompt_text) + len(completion_text)
-    if renderer.thinking_retention == "template" or not renderer.TURN.close:
+    if renderer.thinking_retention == "template" or not rewrite_allowed or not renderer.TURN.close:
         return None  # (a turn the next header ends has no close of its own to keep it by)
     starts = {index: offset for offset, index in reversed(full.message_spans())}  # index -> first character
     turn_start, new_start = starts.get(turn_index), starts.get(turn_index + 1)

@@ -50,8 +50,14 @@ def parse_text(
     tool_calls: ToolCallFormat | None,
     reasoning_prefilled: bool,
     tools: list[dict] | None = None,
+    close_lead: str = "",
 ) -> TextParse:
-    """Parse the text of one assistant turn (without its stop token)."""
+    """Parse the text of one assistant turn (without its stop token).
+
+    ``close_lead``: the close's text that followed ``text`` before the stop (``\n`` of
+    ``\n</assistant>``). It is not content, but the end of the last tool call may be written
+    with it (Laguna's ``</tool_call>\n`` then ``</assistant>``), so calls are read through it.
+    """
     position = 0
     reasoning_text: str | None = None
     # as PrimeIntellect's renderers: True unless the completion leaves a reasoning block open
@@ -78,7 +84,9 @@ def parse_text(
             position += len(reasoning.content_start)
     if tool_calls is None:
         return TextParse(text[position:], reasoning_text, reasoning_complete)
-    calls = find_calls(text, position, tool_calls, tools)
+    calls = [call for call in find_calls(text + close_lead, position, tool_calls, tools) if call.start < len(text)]
+    for call in calls:  # a call ended with the close's text ends where the text does
+        call.end = min(call.end, len(text))
     if calls and tool_calls.content_start and text.startswith(tool_calls.content_start, position):
         position += len(tool_calls.content_start)
     content_end = calls[0].start if calls else len(text)

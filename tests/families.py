@@ -22,6 +22,7 @@ class Family:
     template_file: str
     tokenizer: str
     override: bool = False  # the template is ours: templates_overrides/<model_id>.jinja
+    synthetic: bool = False  # the corpus has no tokenizer for it: the compiler's synthetic one
 
     @property
     def renderer_class(self) -> type:
@@ -33,6 +34,8 @@ class Family:
         return corpus_path("templates", self.template_file).read_text(encoding="utf-8")
 
     def load_tokenizer(self):
+        if self.synthetic:
+            return _synthetic_tokenizer(self.model_id)
         return load_corpus_tokenizer(self.tokenizer)
 
 
@@ -90,3 +93,42 @@ def _load(folder: str):
 
 def load_corpus_tokenizer(name: str):
     return _load(str(corpus_path("tokenizers", name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _synthetic_tokenizer(model_id: str):
+    """The tokenizer the compiler checks a tokenizer-less template with: byte-level, no merges, the
+    template's special strings (and placeholder special-token values) as added tokens."""
+    from compiler.pipeline import prepare_source
+    from compiler.source import resolve_source
+
+    corpus_path("templates")
+    return prepare_source(resolve_source(model_id, corpus=CORPUS, allow_hub=False)).check_tokenizer
+
+
+def _other_generated_families() -> list[Family]:
+    """The checked-in renderers not in FAMILIES, each with the corpus template it was compiled from
+    and the corpus tokenizer named beside it (else the synthetic one)."""
+    import csv
+
+    from rllm_renderers.generated._index import RENDERERS
+
+    manifest = CORPUS / "templates" / "MANIFEST.tsv"
+    if not manifest.exists():
+        return []
+    with manifest.open(encoding="utf-8") as handle:
+        rows = {row["model_id"]: row for row in csv.DictReader(handle, delimiter="\t")}
+    known = {family.module for family in FAMILIES}
+    families = []
+    for module, (class_name, _, model_ids) in sorted(RENDERERS.items()):
+        row = rows.get(model_ids[0])
+        if module in known or row is None:
+            continue
+        tokenizer = row.get("tokenizer") or "-"
+        families.append(Family(module, class_name, model_ids[0], row["file"], tokenizer, synthetic=tokenizer == "-"))
+    return families
+
+
+#: Every checked-in renderer: FAMILIES, then the other corpus templates (most with synthetic tokenizers).
+ALL_FAMILIES = FAMILIES + _other_generated_families()
+ALL_FAMILY_IDS = [family.module for family in ALL_FAMILIES]

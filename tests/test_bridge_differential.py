@@ -26,6 +26,7 @@ Both counts must be 0, and the bridge must answer at most points.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 
@@ -38,7 +39,7 @@ from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
 from rllm_renderers.bridge import close_end
-from tests.families import FAMILIES, FAMILY_IDS
+from tests.families import ALL_FAMILIES
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
 
@@ -104,18 +105,24 @@ class BridgeAudit:
                     prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
                 except ValueError:
                     return
-            completion = self.sampled_completion(renderer, history, message, tools)
-            if completion is None or not new:
+            completion = self.sampled_completion(renderer, history, message, new, tools) if new else None
+            if completion is None:
                 return  # the episode cannot go on as the model would have played it
             prompt = self.bridge_point(renderer, prompt, completion, history, message, new, tools, case.knobs, junk)
             if prompt is None:
                 return
 
-    def sampled_completion(self, renderer, history, assistant, tools):
-        """The assistant turn as the template renders it after the generation prompt, cut after its close."""
+    def sampled_completion(self, renderer, history, assistant, new, tools):
+        """The assistant turn as the template renders it after the generation prompt, cut after its close.
+
+        A turn that nothing closes (GLM: the next header's first token is the stop the model
+        samples) is cut after the first stop token in the rendering with the new messages.
+        """
         try:
             prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
             full = renderer.render_ids(history + [assistant], tools=tools)
+            if not renderer.TURN.close:
+                full = renderer.render_ids(history + [assistant] + new, tools=tools, add_generation_prompt=True)
         except ValueError:
             return None
         if full[: len(prompt)] != prompt:
@@ -123,9 +130,18 @@ class BridgeAudit:
         stops = set(renderer.get_stop_token_ids())
         completion = full[len(prompt) :]
         close = next((k for k, token in enumerate(completion) if token in stops), None)
-        if close is None or renderer.decode(completion[close + 1 :]).strip():
-            return None  # not closed by a stop token, or the text itself holds one: no model samples this
+        if close is None or self.writes_a_stop(renderer, assistant):
+            return None  # not closed by a stop token, or the message itself holds one: no model samples this
+        header = renderer.generation_prompt().strip()
+        if renderer.TURN.close and header and header in renderer.decode(completion[close + 1 :]):
+            return None  # the message goes on as another turn (gpt-oss: one turn per parallel call)
         return completion[: close + 1]
+
+    @staticmethod
+    def writes_a_stop(renderer, assistant) -> bool:
+        """Whether the message's own text (content, reasoning, calls) holds a stop token's text."""
+        text = json.dumps(assistant, ensure_ascii=False, default=str)
+        return any(stop in text for stop in renderer.TURN.stop_tokens if stop)
 
     def ambiguous(self, renderer, completion, history, assistant, tools) -> bool:
         """Whether the completion parses into a turn that renders to other tokens than ``assistant``."""
@@ -180,7 +196,8 @@ class BridgeAudit:
             self.counts["oracle suffix not found"] += suffix is None
         next_prompt = None
         variants = [("sampled", completion), ("ran past the stop", completion + junk)]
-        if completion[-1] == renderer.encoder.token_id(renderer.TURN.close):
+        close = renderer.encoder.encode(renderer.TURN.close) if renderer.TURN.close else []
+        if len(close) == 1 and completion[-1] == close[0]:  # (a close of several tokens is not restored)
             variants.append(("truncated", completion[:-1]))  # the bridge restores the close
         for label, given_completion in variants:
             with_history = renderer.bridge_to_next_turn(prompt, given_completion, new, tools=tools, messages=history)
@@ -235,22 +252,50 @@ class BridgeAudit:
         return self.counts
 
 
+#: Templates that never render an assistant turn as the continuation of their generation prompt
+#: (it opens a reasoning block that history turns do not have): no completion can be read off them.
+NO_SAMPLED_TURN = {
+    "qwq": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
+    "deepseek_r1_distill_qwen": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
+}
+#: Known gaps, each a strict xfail: it fails the day the gap closes.
+KNOWN_GAPS = {
+    "gemma_4": "its tool-call syntax (<|tool_call>call:NAME{key:<|\"|>value<|\"|>}) is not learned, so the bridge "
+    "refuses every turn (UNLEARNED)",
+}
+
+
+def family_params() -> list:
+    return [
+        pytest.param(
+            family,
+            id=family.module,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[family.module])] if family.module in KNOWN_GAPS else [],
+        )
+        for family in ALL_FAMILIES
+    ]
+
+
 @pytest.mark.parametrize("retention", ["template", "verbatim"])
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", family_params())
 def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     audit = BridgeAudit(family, retention)
     counts = audit.run()
     summary = f"{family.module}/{retention}: {dict(counts)}; first problems: {audit.examples}"
+    if family.module in NO_SAMPLED_TURN:
+        assert counts["points"] == 0, summary
+        pytest.skip(f"{family.module}: {NO_SAMPLED_TURN[family.module]}")
     assert counts["points"] > 0, summary
     assert counts["miss"] == 0, summary
     assert counts["wrong"] == 0, summary
     assert counts["disagree"] == 0, summary
     assert counts["oracle suffix not found"] == 0, summary  # else a verbatim None could hide
-    assert counts["bridged"] > 0, summary
+    # (under "template" a family whose template rewrites every sampled turn bridges nowhere, rightly)
+    assert counts["bridged"] > 0 or (retention == "template" and counts["extends"] == 0), summary
 
 
 if __name__ == "__main__":  # the per-family table for reports: python -m tests.test_bridge_differential
-    for family in FAMILIES:
+    for family in ALL_FAMILIES:
         for retention in ("template", "verbatim"):
             audit = BridgeAudit(family, retention)
             counts = audit.run()

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from compiler.analysis import compared_roles, knob_candidates, parse_template
 from compiler.conversations import Case, conversation_cases
 from compiler.verify import features_for
-from tests.families import FAMILIES, FAMILY_IDS
+from tests.families import ALL_FAMILIES, ALL_FAMILY_IDS, FAMILIES, FAMILY_IDS
 
 SETTINGS = settings(
     max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
@@ -150,7 +150,7 @@ def unambiguous(renderer, assistant) -> bool:
     )
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
 def test_parse_response_round_trips_the_template_rendering(family):
     renderer = family.renderer_class(family.load_tokenizer())
     checked = []
@@ -201,7 +201,7 @@ def test_parse_response_round_trips_the_template_rendering(family):
     check()
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
 def test_parse_response_never_raises(family):
     renderer = family.renderer_class(family.load_tokenizer())
     generator = random.Random(7)
@@ -215,7 +215,7 @@ def test_parse_response_never_raises(family):
         renderer.parse_response(ids)
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
+@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
 def test_sampled_mask_marks_exactly_the_sampled_turn(family):
     renderer = family.renderer_class(family.load_tokenizer())
 
