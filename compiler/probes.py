@@ -385,11 +385,30 @@ class Prober:
             if first_arguments is not None:
                 at = double.index(first_arguments, double.index(FIRST_TOOL))
                 after_first_in_double = double[at + len(first_arguments) :]
+        name_end, call_index = self.numbered_name_end(name_end, double)
         return ToolCallFormat(
             style="json",
             name_end=name_end,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+            **({"call_index": call_index} if call_index else {}),
         )
+
+    def numbered_name_end(self, name_end: str, double: str | None) -> tuple[str, str]:
+        """``(name_end, call_index)``: when what follows the name differs between the first and the
+        second call only by their positions (Kimi-K2 writes ``functions.NAME:0``, ``...:1``), the
+        separator before the position is ``call_index`` and ``name_end`` is the rest."""
+        if double is None or SECOND_TOOL not in double:
+            return name_end, ""
+        after_second = double[double.index(SECOND_TOOL) + len(SECOND_TOOL) :]
+        arguments = find_json(after_second, {})
+        if arguments is None:
+            return name_end, ""
+        second = after_second[: after_second.index(arguments)]
+        shared = common_suffix(name_end, second)
+        first_lead, second_lead = name_end[: len(name_end) - len(shared)], second[: len(second) - len(shared)]
+        if first_lead.endswith("0") and second_lead == first_lead[:-1] + "1" and shared:
+            return shared, first_lead[:-1]
+        return name_end, ""
 
     def xml_style(self, single: str, double: str | None) -> ToolCallFormat:
         name_at = single.index(FIRST_TOOL)
@@ -518,12 +537,18 @@ class Prober:
             # calls sharing one block (DeepSeek-V4: `</invoke>\n<invoke` vs `</invoke>\n</tool_calls>`)
             # agree on part of the next tag; the call ends before the whitespace in front of it
             call_end = shared_end if shared_end == call_end else before_partial_tag(shared_end)
+            # ... or before the marker it cut into (Kimi: `<|tool_call_end|><|tool_call` of
+            # `<|tool_call_begin|>` and `<|tool_calls_section_end|>`)
+            call_end = call_end[: marker_boundary_before(after_single, len(call_end), self.added_tokens)]
         if double is None:
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
         if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace():
             call_start = after_partial_tag(call_start)  # `>\n<invoke name="` -> `<invoke name="`
+        # a start inside a marker moves past it (`|><|tool_call_begin|>` -> `<|tool_call_begin|>`)
+        start = marker_boundary_after(block_and_start, len(block_and_start) - len(call_start), self.added_tokens)
+        call_start = block_and_start[start:]
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
         if CONTENT in double:
@@ -604,6 +629,28 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def _marker_spans(text: str, markers: frozenset[str]) -> list[tuple[int, int]]:
+    spans = []
+    for marker in markers:
+        at = text.find(marker) if marker else -1
+        while at >= 0:
+            spans.append((at, at + len(marker)))
+            at = text.find(marker, at + 1)
+    return spans
+
+
+def marker_boundary_before(text: str, position: int, markers: frozenset[str]) -> int:
+    """``position``, or the start of the marker occurrence in ``text`` it falls strictly inside."""
+    inside = [start for start, end in _marker_spans(text, markers) if start < position < end]
+    return min(inside, default=position)
+
+
+def marker_boundary_after(text: str, position: int, markers: frozenset[str]) -> int:
+    """``position``, or the end of the marker occurrence in ``text`` it falls strictly inside."""
+    inside = [end for start, end in _marker_spans(text, markers) if start < position < end]
+    return max(inside, default=position)
 
 
 def before_partial_tag(text: str) -> str:

@@ -22,7 +22,7 @@ class KimiK2Renderer(GeneratedRenderer):
     Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|im_assistant|>assistant<|im_middle|>'.
-    Tool calls (json): '|><|tool_call_begin|>functions.' NAME ':0<|tool_call_argument_begin|>' ARGUMENTS '<|tool_call_end|><|tool_call'.
+    Tool calls (json): '<|tool_call_begin|>functions.' NAME '<|tool_call_argument_begin|>' ARGUMENTS '<|tool_call_end|>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
     """
@@ -38,10 +38,11 @@ class KimiK2Renderer(GeneratedRenderer):
     REASONING = None
     TOOL_CALLS = ToolCallFormat(
         style="json",
-        call_start="|><|tool_call_begin|>functions.",
-        name_end=":0<|tool_call_argument_begin|>",
-        call_end="<|tool_call_end|><|tool_call",
-        block_start="<|tool_calls_section_begin",
+        call_start="<|tool_call_begin|>functions.",
+        name_end="<|tool_call_argument_begin|>",
+        call_end="<|tool_call_end|>",
+        block_start="<|tool_calls_section_begin|>",
+        call_index=":",
     )
     PREFIX_STABLE = True
     DEFAULT_THINKING_RETENTION = "template"

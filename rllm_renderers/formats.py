@@ -99,7 +99,8 @@ class ToolCallFormat:
     ``block_start`` opens the list of calls (before the first one), and
     ``content_separator`` separates content from the first call; ``content_start`` is a header
     the template writes before the content of a tool-calling turn only (gpt-oss in harmony: a
-    ``commentary`` preamble).
+    ``commentary`` preamble). ``call_index``: a separator the template writes after the name,
+    followed by the call's position in the turn (Kimi-K2's ``functions.NAME:0``), before ``name_end``.
     """
 
     style: str
@@ -113,4 +114,5 @@ class ToolCallFormat:
     block_start: str = ""
     content_separator: str = ""
     array_item: str = ""
+    call_index: str = ""
     content_start: str = ""

@@ -61,6 +61,30 @@ def sampled_completion(renderer, history, assistant, tools):
     return prompt, completion[: close + 1]
 
 
+#: Known gaps of single families, each a strict xfail (it fails the day the gap closes).
+ROUND_TRIP_GAPS = {
+    "kimi_k2_thinking": "the template writes a call's id (functions.NAME:0), never its name: parse_response "
+    "cannot read the call (TOOL_CALLS is not learned)",
+}
+SAMPLED_MASK_GAPS = {
+    "gemma_4": "after a tool response the template goes on inside the same model turn, without the header the "
+    "sampled range is measured from",
+    "nvidia_nemotron_nano": "the template writes the last assistant message after its message loop, through a "
+    "namespace variable: the turn has no message mark",
+}
+
+
+def with_gaps(gaps: dict[str, str]) -> list:
+    return [
+        pytest.param(
+            family,
+            id=family.module,
+            marks=[pytest.mark.xfail(strict=True, reason=gaps[family.module])] if family.module in gaps else [],
+        )
+        for family in ALL_FAMILIES
+    ]
+
+
 def cases_for(family):
     renderer_class = family.renderer_class
     ast = parse_template(family.template_source(), family.template_file)
@@ -150,7 +174,7 @@ def unambiguous(renderer, assistant) -> bool:
     )
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
+@pytest.mark.parametrize("family", with_gaps(ROUND_TRIP_GAPS))
 def test_parse_response_round_trips_the_template_rendering(family):
     renderer = family.renderer_class(family.load_tokenizer())
     checked = []
@@ -215,7 +239,7 @@ def test_parse_response_never_raises(family):
         renderer.parse_response(ids)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
+@pytest.mark.parametrize("family", with_gaps(SAMPLED_MASK_GAPS))
 def test_sampled_mask_marks_exactly_the_sampled_turn(family):
     renderer = family.renderer_class(family.load_tokenizer())
 
