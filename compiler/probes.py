@@ -25,6 +25,10 @@ FIRST_TOOL = "fnq7"
 SECOND_TOOL = "gnq7"
 KEY_A, VALUE_A = "akq7", "avq7"
 KEY_B, VALUE_B = "bkq7", "bvq7"
+# Call ids: nine letters and digits, the shape Mistral's templates insist on; a template that writes
+# them gets them read as the call's id (ID_SLOT stands for either while delimiters are compared).
+FIRST_ID, SECOND_ID = "inq7xaaaa", "inq7xbbbb"
+ID_SLOT = "\x00"
 USER = {"role": "user", "content": "uq7"}
 
 
@@ -54,10 +58,14 @@ class ProbeFacts:
         if self.reasoning is not None:
             lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
         if self.tool_calls is not None:
-            lines.append(
-                f"Tool calls ({self.tool_calls.style}): {self.tool_calls.call_start!r} NAME "
-                f"{self.tool_calls.name_end!r} ARGUMENTS {self.tool_calls.call_end!r}."
-            )
+            syntax = self.tool_calls
+            index = f" {syntax.call_index!r} POSITION" if syntax.call_index else ""
+            name_end, call_end = repr(syntax.name_end), repr(syntax.call_end)
+            if syntax.call_id_after == "name_end":
+                name_end += f" ID {syntax.call_id_end!r}"
+            elif syntax.call_id_after == "call_end":
+                call_end += f" ID {syntax.call_id_end!r}"
+            lines.append(f"Tool calls ({syntax.style}): {syntax.call_start!r} NAME{index} {name_end} ARGUMENTS {call_end}.")
         lines += [f"Note: {note}." for note in self.notes]
         for fact, reason in self.unlearned.items():
             lines.append(f"Not learned ({fact}): {reason}.")
@@ -203,8 +211,8 @@ class Prober:
 
     def next_headers(self) -> list[str]:
         """The markers that open a user message or a tool result after an assistant turn."""
-        call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")
-        result = {"role": "tool", "content": "tq8", "tool_call_id": "c1"}
+        call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
+        result = {"role": "tool", "content": "tq8", "tool_call_id": FIRST_ID}
         followers = [
             [{"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}],
             [{"role": "assistant", "content": "", "tool_calls": [call]}, result],
@@ -228,7 +236,7 @@ class Prober:
         if not close.strip():
             return []  # the next message's header ends every turn
         completion = self.completion(
-            {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]}
+            {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)]}
         )
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
@@ -295,7 +303,7 @@ class Prober:
         """Reasoning markers from a tool-calling turn, for templates that keep reasoning only in an
         unfinished tool cycle (harmony drops a final answer's analysis): the turn with reasoning is
         the turn without it plus OPEN reasoning CLOSE in front."""
-        calls = [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1")]
+        calls = [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)]
         with_reasoning = self.completion({"role": "assistant", "content": None, "reasoning_content": REASONING, "tool_calls": calls})
         without = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
         if not with_reasoning or not without or REASONING not in with_reasoning or FIRST_TOOL not in without:
@@ -325,26 +333,28 @@ class Prober:
 
     def tool_call_format(self) -> ToolCallFormat | None:
         arguments = {KEY_A: VALUE_A, KEY_B: VALUE_B}
-        single = self.tool_completion([tool_call(FIRST_TOOL, arguments, "c1")])
+        single = self.tool_completion([tool_call(FIRST_TOOL, arguments, FIRST_ID)])
         if single is None or FIRST_TOOL not in single:
             self.notes.append("the template does not render tool calls of OpenAI-format messages")
             return None
         double = self.tool_completion(
-            [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")], content=CONTENT
+            [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID), tool_call(SECOND_TOOL, {}, SECOND_ID)], content=CONTENT
         )
         if double is None or SECOND_TOOL not in double:  # maybe only without content (DeepSeek-V3)
             double = self.tool_completion(
-                [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, "c1"), tool_call(SECOND_TOOL, {}, "c2")]
+                [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID), tool_call(SECOND_TOOL, {}, SECOND_ID)]
             )
         if double is not None and SECOND_TOOL not in double:
             double = None  # the template renders only the first call
         if double is None:
             self.notes.append("the template renders at most one tool call per turn")
+        single = single.replace(FIRST_ID, ID_SLOT)
+        double = None if double is None else double.replace(FIRST_ID, ID_SLOT).replace(SECOND_ID, ID_SLOT)
         rendered_arguments = find_json(single, arguments)
         if rendered_arguments is not None:
-            return self.json_style(single, double, rendered_arguments)
+            return with_call_id(self.json_style(single, double, rendered_arguments))
         if KEY_A in single and VALUE_A in single:
-            return self.xml_style(single, double)
+            return with_call_id(self.xml_style(single, double))
         raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
 
     def tool_completion(self, calls: list[dict], content: str | None = None) -> str | None:
@@ -486,7 +496,7 @@ class Prober:
             at = double.index(VALUE_A, double.index(FIRST_TOOL)) + len(VALUE_A)
             if double.startswith(closing_a, at):
                 after_first_in_double = double[at + len(closing_a) :]
-        listed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: [VALUE_A]}, "c1")]) or ""
+        listed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: [VALUE_A]}, FIRST_ID)]) or ""
         opened = parameter_start + KEY_A + parameter_value
         item = ""
         if opened in listed and listed.index(opened) + len(opened) < len(listed):
@@ -509,7 +519,7 @@ class Prober:
         """The key-to-value text before a non-string value, when the template marks JSON values
         differently (``string="false"``); "" when it writes the same as for a string."""
         number = 424242
-        typed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: number}, "c1")])
+        typed = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: number}, FIRST_ID)])
         if typed is None or KEY_A not in typed or str(number) not in typed:
             return ""
         key_a = typed.index(KEY_A, typed.index(FIRST_TOOL))
@@ -536,7 +546,9 @@ class Prober:
             shared_end = common_prefix(call_end, after_first_in_double)
             # calls sharing one block (DeepSeek-V4: `</invoke>\n<invoke` vs `</invoke>\n</tool_calls>`)
             # agree on part of the next tag; the call ends before the whitespace in front of it
-            call_end = shared_end if shared_end == call_end else before_partial_tag(shared_end)
+            # (a shared part that ends with a closing bracket ends whole: Mistral's `..."id": "ID"}`)
+            closed = shared_end[-1:] in ">}])"
+            call_end = shared_end if shared_end == call_end or closed else before_partial_tag(shared_end)
             # ... or before the marker it cut into (Kimi: `<|tool_call_end|><|tool_call` of
             # `<|tool_call_begin|>` and `<|tool_calls_section_end|>`)
             call_end = call_end[: marker_boundary_before(after_single, len(call_end), self.added_tokens)]
@@ -544,7 +556,8 @@ class Prober:
             return {"call_start": block_and_start, "call_end": call_end}
         between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
         call_start = common_suffix(block_and_start, between)
-        if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace():
+        opens = call_start[:1] in "<{[("  # a shared part that opens a bracket starts whole (`{"name": "`)
+        if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace() and not opens:
             call_start = after_partial_tag(call_start)  # `>\n<invoke name="` -> `<invoke name="`
         # a start inside a marker moves past it (`|><|tool_call_begin|>` -> `<|tool_call_begin|>`)
         start = marker_boundary_after(block_and_start, len(block_and_start) - len(call_start), self.added_tokens)
@@ -629,6 +642,21 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def with_call_id(syntax: ToolCallFormat) -> ToolCallFormat:
+    """``syntax`` with the call id (``ID_SLOT`` in a delimiter) read from where the template writes it:
+    between the name and the arguments (Mistral Small: ``NAME[CALL_ID]ID[ARGS]``) or, in the JSON
+    style, after the arguments (Mistral Nemo: ``..., "id": "ID"}``)."""
+    places = ("name_end", "call_end") if syntax.style == "json" else ("name_end",)
+    for place in places:
+        before, slot, after = getattr(syntax, place).partition(ID_SLOT)
+        if slot and ID_SLOT not in after and after:
+            return dataclasses.replace(syntax, **{place: before, "call_id_after": place, "call_id_end": after})
+    found = [item.name for item in dataclasses.fields(syntax) if ID_SLOT in str(getattr(syntax, item.name))]
+    if found:
+        raise ProbeError(f"the template writes a tool call's id where it cannot be read back (in {', '.join(found)})")
+    return syntax
 
 
 def _marker_spans(text: str, markers: frozenset[str]) -> list[tuple[int, int]]:

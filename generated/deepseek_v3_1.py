@@ -24,7 +24,7 @@ class DeepseekV31Renderer(GeneratedRenderer):
     Assistant turns end with '<｜end▁of▁sentence｜>' (stops: '<｜end▁of▁sentence｜>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<｜Assistant｜></think>'.
-    Tool calls (json): '｜><｜tool▁call▁begin｜>' NAME '<｜tool▁sep｜>' ARGUMENTS '<｜tool▁call▁end｜><｜tool▁call'.
+    Tool calls (json): '<｜tool▁call▁begin｜>' NAME '<｜tool▁sep｜>' ARGUMENTS '<｜tool▁call▁end｜>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending system after an assistant turn); the bridge returns None where that would matter
@@ -42,10 +42,10 @@ class DeepseekV31Renderer(GeneratedRenderer):
     REASONING = None
     TOOL_CALLS = ToolCallFormat(
         style="json",
-        call_start="｜><｜tool▁call▁begin｜>",
+        call_start="<｜tool▁call▁begin｜>",
         name_end="<｜tool▁sep｜>",
-        call_end="<｜tool▁call▁end｜><｜tool▁call",
-        block_start="<｜tool▁calls▁begin",
+        call_end="<｜tool▁call▁end｜>",
+        block_start="<｜tool▁calls▁begin｜>",
     )
     PREFIX_STABLE = False
     DEFAULT_THINKING_RETENTION = "template"

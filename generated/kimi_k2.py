@@ -22,7 +22,7 @@ class KimiK2Renderer(GeneratedRenderer):
     Assistant turns end with '<|im_end|>' (stops: '<|im_end|>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|im_assistant|>assistant<|im_middle|>'.
-    Tool calls (json): '<|tool_call_begin|>functions.' NAME '<|tool_call_argument_begin|>' ARGUMENTS '<|tool_call_end|>'.
+    Tool calls (json): '<|tool_call_begin|>functions.' NAME ':' POSITION '<|tool_call_argument_begin|>' ARGUMENTS '<|tool_call_end|>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
     """

@@ -22,7 +22,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
     Assistant turns end with '\n<SPECIAL_12>' (stops: '<SPECIAL_12>');
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<SPECIAL_11>Assistant\n<think>\n'.
-    Tool calls (json): '"' NAME '", "arguments": ' ARGUMENTS '}'.
+    Tool calls (json): '{"name": "' NAME '", "arguments": ' ARGUMENTS '}'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
@@ -40,10 +40,10 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
     REASONING = None
     TOOL_CALLS = ToolCallFormat(
         style="json",
-        call_start='"',
+        call_start='{"name": "',
         name_end='", "arguments": ',
         call_end="}",
-        block_start='<TOOLCALL>[{"name": ',
+        block_start="<TOOLCALL>[",
         content_separator="\n<SPECIAL_12>\n<SPECIAL_11>Assistant\n",
     )
     PREFIX_STABLE = False

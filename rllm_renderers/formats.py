@@ -101,6 +101,8 @@ class ToolCallFormat:
     the template writes before the content of a tool-calling turn only (gpt-oss in harmony: a
     ``commentary`` preamble). ``call_index``: a separator the template writes after the name,
     followed by the call's position in the turn (Kimi-K2's ``functions.NAME:0``), before ``name_end``.
+    ``call_id_after``: the delimiter (``"name_end"`` or ``"call_end"``) after which the template
+    writes the call's id, which ``call_id_end`` ends (Mistral: ``[CALL_ID]`` ID ``[ARGS]``).
     """
 
     style: str
@@ -115,4 +117,6 @@ class ToolCallFormat:
     content_separator: str = ""
     array_item: str = ""
     call_index: str = ""
+    call_id_after: str = ""
+    call_id_end: str = ""
     content_start: str = ""

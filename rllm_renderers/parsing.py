@@ -33,6 +33,7 @@ class TextCall:
     name: str | None = None
     arguments: Any = None
     status: ToolCallParseStatus = ToolCallParseStatus.OK
+    id: str | None = None
 
 
 @dataclass
@@ -123,6 +124,12 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
         if at >= 0 and name[at + len(syntax.call_index) :].isdigit():
             name = name[:at]
     body_at = name_end + len(syntax.name_end)
+    call_id = None
+    if syntax.call_id_after == "name_end":  # NAME [CALL_ID] ID [ARGS] ...
+        id_end = text.find(syntax.call_id_end, body_at)
+        if id_end < 0:
+            return TextCall(text[start:], start, len(text), name, status=ToolCallParseStatus.UNCLOSED_BLOCK)
+        call_id, body_at = text[body_at:id_end], id_end + len(syntax.call_id_end)
     if syntax.style == "xml":
         call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)
     elif syntax.style == "xml_tags":
@@ -131,6 +138,8 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
         call = _parse_json_arguments(text, start, body_at, syntax, name)
     if call.status is ToolCallParseStatus.OK and not name:
         call.status = ToolCallParseStatus.MISSING_NAME
+    if call_id is not None:
+        call.id = call_id
     return call
 
 
@@ -154,9 +163,15 @@ def _parse_json_arguments(text: str, start: int, body_at: int, syntax: ToolCallF
         status = ToolCallParseStatus.UNCLOSED_BLOCK if arguments_end >= len(text.rstrip()) else ToolCallParseStatus.MALFORMED_STRUCTURE
         return TextCall(text[start:arguments_end], start, arguments_end, name, arguments, status)
     end = arguments_end + len(syntax.call_end)
+    call_id = None
+    if syntax.call_id_after == "call_end":  # ... ARGUMENTS, "id": "ID"}
+        id_end = text.find(syntax.call_id_end, end)
+        if id_end < 0:
+            return TextCall(text[start:], start, len(text), name, arguments, ToolCallParseStatus.UNCLOSED_BLOCK)
+        call_id, end = text[end:id_end], id_end + len(syntax.call_id_end)
     if not isinstance(arguments, dict):
-        return TextCall(text[start:end], start, end, name, arguments, ToolCallParseStatus.MALFORMED_STRUCTURE)
-    return TextCall(text[start:end], start, end, name, arguments)
+        return TextCall(text[start:end], start, end, name, arguments, ToolCallParseStatus.MALFORMED_STRUCTURE, call_id)
+    return TextCall(text[start:end], start, end, name, arguments, id=call_id)
 
 
 def _parse_xml_arguments(
@@ -416,6 +431,7 @@ def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
                 arguments=call.arguments,
                 token_span=token_span(call.start, call.end),
                 status=call.status,
+                id=call.id,
             )
             for call in parse.calls
         ],

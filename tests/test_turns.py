@@ -218,6 +218,8 @@ def test_parse_response_round_trips_the_template_rendering(family):
                     if isinstance(arguments, str):
                         arguments = json.loads(arguments)
                     assert (call.name or "") == original["function"]["name"]
+                    if renderer.TOOL_CALLS.call_id_after:  # the template writes the call's id: it is read back
+                        assert call.id == original.get("id")
                     if renderer.TOOL_CALLS.style == "json":
                         assert call.arguments == arguments
             checked.append(1)
