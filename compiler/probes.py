@@ -396,12 +396,20 @@ class Prober:
                 at = double.index(first_arguments, double.index(FIRST_TOOL))
                 after_first_in_double = double[at + len(first_arguments) :]
         name_end, call_index = self.numbered_name_end(name_end, double)
+        extra = {"call_index": call_index} if call_index else {}
+        if self.writes_name_as_json():
+            extra["name_json"] = True
         return ToolCallFormat(
             style="json",
             name_end=name_end,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
-            **({"call_index": call_index} if call_index else {}),
+            **extra,
         )
+
+    def writes_name_as_json(self) -> bool:
+        """Whether the template escapes the name as a JSON string (Mistral-Nemo: ``function|tojson``)."""
+        quoted = self.tool_completion([tool_call(FIRST_TOOL + '"', {KEY_A: VALUE_A}, FIRST_ID)]) or ""
+        return FIRST_TOOL + '\\"' in quoted
 
     def numbered_name_end(self, name_end: str, double: str | None) -> tuple[str, str]:
         """``(name_end, call_index)``: when what follows the name differs between the first and the

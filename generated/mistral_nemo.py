@@ -47,6 +47,7 @@ class MistralNemoRenderer(GeneratedRenderer):
         block_start="[TOOL_CALLS][",
         call_id_after="call_end",
         call_id_end='"}',
+        name_json=True,
     )
     PREFIX_STABLE = False
     DEFAULT_THINKING_RETENTION = "template"

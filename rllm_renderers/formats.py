@@ -103,6 +103,7 @@ class ToolCallFormat:
     followed by the call's position in the turn (Kimi-K2's ``functions.NAME:0``), before ``name_end``.
     ``call_id_after``: the delimiter (``"name_end"`` or ``"call_end"``) after which the template
     writes the call's id, which ``call_id_end`` ends (Mistral: ``[CALL_ID]`` ID ``[ARGS]``).
+    ``name_json``: the name is written as the body of a JSON string (escaped).
     """
 
     style: str
@@ -119,4 +120,5 @@ class ToolCallFormat:
     call_index: str = ""
     call_id_after: str = ""
     call_id_end: str = ""
+    name_json: bool = False
     content_start: str = ""

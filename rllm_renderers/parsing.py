@@ -119,6 +119,11 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     # between explicit delimiters the name is exactly what the template wrote; else only the
     # syntax's whitespace is stripped, never a name's own characters
     name = text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n")
+    if syntax.name_json:  # the body of a JSON string: unescaped (left as written when it is not one)
+        try:
+            name = json.loads(f'"{name}"')
+        except json.JSONDecodeError:
+            pass
     if syntax.call_index:  # NAME, the separator and the call's position: the name is what precedes them
         at = name.rfind(syntax.call_index)
         if at >= 0 and name[at + len(syntax.call_index) :].isdigit():
