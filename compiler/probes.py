@@ -353,6 +353,9 @@ class Prober:
         rendered_arguments = find_json(single, arguments)
         if rendered_arguments is not None:
             return with_call_id(self.json_style(single, double, rendered_arguments))
+        quote = key_value_quote(single)
+        if quote is not None:
+            return with_call_id(self.key_value_style(single, double, quote))
         if KEY_A in single and VALUE_A in single:
             return with_call_id(self.xml_style(single, double))
         raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
@@ -427,6 +430,25 @@ class Prober:
         if first_lead.endswith("0") and second_lead == first_lead[:-1] + "1" and shared:
             return shared, first_lead[:-1]
         return name_end, ""
+
+    def key_value_style(self, single: str, double: str | None, quote: str) -> ToolCallFormat:
+        """``NAME{key:VALUE,key:VALUE}``: bare keys, strings between ``quote`` (Gemma-4's ``<|"|>``)."""
+        members = f"{KEY_A}:{quote}{VALUE_A}{quote},{KEY_B}:{quote}{VALUE_B}{quote}"
+        if members not in single:
+            raise ProbeError(f"key:value tool-call arguments not separated by ',': {single!r}")
+        name_at = single.index(FIRST_TOOL)
+        members_at = single.index(members, name_at)
+        after_single = single[members_at + len(members) :]
+        after_first_in_double = None
+        first = f"{KEY_A}:{quote}{VALUE_A}{quote}"
+        if double is not None and first in double:
+            after_first_in_double = double[double.index(first) + len(first) :]
+        return ToolCallFormat(
+            style="key_value",
+            name_end=single[name_at + len(FIRST_TOOL) : members_at],
+            string_quote=quote,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+        )
 
     def xml_style(self, single: str, double: str | None) -> ToolCallFormat:
         name_at = single.index(FIRST_TOOL)
@@ -572,6 +594,13 @@ class Prober:
         call_start = block_and_start[start:]
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
+        if CONTENT in double and double.index(CONTENT) > double.index(SECOND_TOOL):
+            # the content comes after the calls (Gemma-4), right after the last one's end
+            after_calls = double[double.index(SECOND_TOOL) :]
+            end_at = after_calls.find(call_end) if call_end else -1
+            if end_at < 0 or after_calls.index(CONTENT) != end_at + len(call_end):
+                raise ProbeError(f"the content after the tool calls does not follow the last call's end: {double!r}")
+            return {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_last": True}
         if CONTENT in double:
             lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
             if lead_text.endswith(block_and_start):
@@ -650,6 +679,18 @@ def common_suffix(a: str, b: str) -> str:
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
     return a[len(a) - n :]
+
+
+def key_value_quote(text: str) -> str | None:
+    """The quote around string values when arguments are written ``key:QUOTE value QUOTE`` (bare keys)."""
+    key_at = text.find(KEY_A + ":")
+    value_at = text.find(VALUE_A, key_at)
+    if key_at < 0 or value_at < 0:
+        return None
+    quote = text[key_at + len(KEY_A) + 1 : value_at]
+    if not quote or "\n" in quote or not text.startswith(quote, value_at + len(VALUE_A)):
+        return None
+    return quote
 
 
 def with_call_id(syntax: ToolCallFormat) -> ToolCallFormat:

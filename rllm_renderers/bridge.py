@@ -40,7 +40,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import template_runtime as jinja
 from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
@@ -293,7 +293,13 @@ def bridge_turn(
     if not ends_like(renderer, prompt, prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
     suffix_start = sampled_turn_end(
-        renderer, prompt_text, renderer.decode(kept), full, full_text, len(history.messages), rewrite_allowed=not guessed
+        renderer,
+        prompt_text,
+        renderer.decode(kept),
+        full,
+        full_text,
+        len(history.messages),
+        rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, prompt_text),
     )
     if suffix_start is None:
         return None
@@ -376,24 +382,54 @@ def sampled_turn_end(
     text: str,
     turn_index: int,
     *,
-    rewrite_allowed: bool = True,
+    rewrite_allowed: Callable[[], bool] = lambda: True,
 ) -> int | None:
     """Where in the full rendering the sampled turn (with its close) ends, or None.
 
     When the full rendering starts with prompt + completion, right after them. Otherwise the
     template rewrote history: None under the "template" policy (or when the sampled turn's message
-    is only a guess, ``rewrite_allowed=False``); under "verbatim", the end of the turn's close as
-    the template writes it (see :func:`close_end`).
+    may not be what was sampled, ``rewrite_allowed()`` false); under "verbatim", the end of the
+    turn's close as the template writes it (see :func:`close_end`).
     """
     if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
         return len(prompt_text) + len(completion_text)
-    if renderer.thinking_retention == "template" or not rewrite_allowed or not renderer.TURN.close:
+    if renderer.thinking_retention == "template" or not renderer.TURN.close or not rewrite_allowed():
         return None  # (a turn the next header ends has no close of its own to keep it by)
     starts = {index: offset for offset, index in reversed(full.message_spans())}  # index -> first character
     turn_start, new_start = starts.get(turn_index), starts.get(turn_index + 1)
-    if turn_start is None or new_start is None:
+    if turn_start is None:
         return None
+    if new_start is None:  # the new messages are written inside the turn (Gemma-4's tool responses)
+        return first_stop_end(renderer, text, turn_start)
     return close_end(renderer, text, turn_start, new_start)
+
+
+def renders_its_content(renderer: "GeneratedRenderer", history: History, extended: History, prompt_text: str) -> bool:
+    """Whether the template writes the sampled turn's content as parsed when that turn is the last message.
+
+    A template may rewrite a turn in history (drop its reasoning), which "verbatim" keeps as sampled;
+    but content the template itself does not write back (Gemma-4 strips a thought channel the
+    parser read as content) means the parse missed structure, and the history would be a guess.
+    """
+    turn = extended.messages[len(history.messages)]
+    content = turn.get("content") if isinstance(turn, dict) or hasattr(turn, "get") else None
+    if not isinstance(content, str) or not content:
+        return True
+    try:
+        out = renderer._run_template(jinja.TemplateList(extended.messages[: len(history.messages) + 1]), history.tools, False)
+    except ValueError:
+        return False
+    start = {index: offset for offset, index in reversed(out.message_spans())}.get(len(history.messages))
+    if start is None:  # written after the message loop (Nemotron-Nano): after the history's own text
+        start = max(len(prompt_text) - len(renderer.generation_prompt()), 0)
+    return content in out.text()[start:]
+
+
+def first_stop_end(renderer: "GeneratedRenderer", text: str, start: int) -> int | None:
+    """The end of the first stop token (or close) the template writes in ``text`` from ``start`` on."""
+    closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
+    found = min(((text.find(token, start), token) for token in closes if token and token in text[start:]), default=None)
+    return found[0] + len(found[1]) if found else None
 
 
 def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) -> int | None:

@@ -104,6 +104,10 @@ class ToolCallFormat:
     ``call_id_after``: the delimiter (``"name_end"`` or ``"call_end"``) after which the template
     writes the call's id, which ``call_id_end`` ends (Mistral: ``[CALL_ID]`` ID ``[ARGS]``).
     ``name_json``: the name is written as the body of a JSON string (escaped).
+    ``key_value`` style: ``call_start`` NAME ``name_end`` key:VALUE,key:VALUE ``call_end``, keys bare,
+    string values between ``string_quote`` (unescaped), objects ``{key:VALUE,...}``, lists
+    ``[VALUE,...]``, other values as Python writes them (``true``, ``5``, ``None``) (Gemma-4).
+    ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4).
     """
 
     style: str
@@ -121,4 +125,6 @@ class ToolCallFormat:
     call_id_after: str = ""
     call_id_end: str = ""
     name_json: bool = False
+    string_quote: str = ""
+    content_last: bool = False
     content_start: str = ""

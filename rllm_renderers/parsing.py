@@ -94,6 +94,8 @@ def parse_text(
     content = text[position:content_end]
     if calls:
         content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
+        if tool_calls.content_last:  # the template writes the content after the calls (Gemma-4)
+            content += text[calls[-1].end :]
     return TextParse(content, reasoning_text, reasoning_complete, calls)
 
 
@@ -137,6 +139,8 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
         call_id, body_at = text[body_at:id_end], id_end + len(syntax.call_id_end)
     if syntax.style == "xml":
         call = _parse_xml_arguments(text, start, body_at, syntax, name, tools)
+    elif syntax.style == "key_value":
+        call = _parse_key_value_arguments(text, start, body_at, syntax, name)
     elif syntax.style == "xml_tags":
         call = _parse_xml_elements(text, start, body_at, syntax, name, tools)
     else:
@@ -206,6 +210,85 @@ def _parse_xml_arguments(
         else:  # marked as a string by the template's own syntax
             arguments[key] = raw_value
         position = value_end + len(syntax.parameter_end)
+
+
+def _parse_key_value_arguments(text: str, start: int, position: int, syntax: ToolCallFormat, name: str) -> TextCall:
+    """``key:VALUE,key:VALUE`` then ``call_end`` (the ``key_value`` style)."""
+    reader = _KeyValueReader(text, syntax.string_quote)
+    try:
+        arguments, position = reader.members(position, syntax.call_end)
+    except _Malformed as exc:
+        return TextCall(text[start : exc.position], start, exc.position, name, None, exc.status)
+    end = position + len(syntax.call_end)
+    return TextCall(text[start:end], start, end, name, arguments)
+
+
+class _KeyValueReader:
+    """Values written as Gemma-4's template writes them: ``QUOTE text QUOTE``, ``{key:VALUE,...}``,
+    ``[VALUE,...]``, else a bare scalar (``true``, ``false``, ``None``, a number)."""
+
+    def __init__(self, text: str, quote: str) -> None:
+        self.text, self.quote = text, quote
+
+    def fail(self, position: int):
+        status = ToolCallParseStatus.UNCLOSED_BLOCK if position >= len(self.text) else ToolCallParseStatus.MALFORMED_STRUCTURE
+        return _Malformed(status, min(position, len(self.text)))
+
+    def members(self, position: int, closing: str) -> tuple[dict[str, Any], int]:
+        """Members up to ``closing`` (not consumed): ``(object, position of closing)``."""
+        text, result = self.text, {}
+        while not text.startswith(closing, position):
+            if result:
+                if not text.startswith(",", position):
+                    raise self.fail(position)
+                position += 1
+            colon = text.find(":", position)
+            if colon < 0:
+                raise self.fail(len(text))
+            key = text[position:colon]
+            result[key], position = self.value(colon + 1)
+        return result, position
+
+    def value(self, position: int) -> tuple[Any, int]:
+        text, quote = self.text, self.quote
+        if quote and text.startswith(quote, position):
+            end = text.find(quote, position + len(quote))
+            if end < 0:
+                raise self.fail(len(text))
+            return text[position + len(quote) : end], end + len(quote)
+        if text.startswith("{", position):
+            members, position = self.members(position + 1, "}")
+            return members, position + 1
+        if text.startswith("[", position):
+            items: list[Any] = []
+            position += 1
+            while not text.startswith("]", position):
+                if items:
+                    if not text.startswith(",", position):
+                        raise self.fail(position)
+                    position += 1
+                item, position = self.value(position)
+                items.append(item)
+            return items, position + 1
+        end = position
+        while end < len(text) and text[end] not in ",}]":
+            end += 1
+        if end >= len(text):
+            raise self.fail(end)
+        return _bare_scalar(text[position:end]), end
+
+
+def _bare_scalar(raw: str) -> Any:
+    """``true``/``false``/``None`` and numbers as Python values; anything else stays text."""
+    constants = {"true": True, "false": False, "None": None}
+    if raw in constants:
+        return constants[raw]
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            continue
+    return raw
 
 
 class _Malformed(Exception):

@@ -38,7 +38,7 @@ from compiler.conversations import conversation_cases
 from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
-from rllm_renderers.bridge import close_end
+from rllm_renderers.bridge import close_end, first_stop_end
 from tests.families import ALL_FAMILIES
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
@@ -82,9 +82,12 @@ class BridgeAudit:
             return None
         starts = {index: offset for offset, index in reversed(output.message_spans())}
         turn, following = starts.get(len(history)), starts.get(len(history) + 1)
-        if turn is None or following is None:
+        if turn is None:
             return None
-        end = close_end(renderer, full_text, turn, following)
+        if following is None:  # the template writes the new messages inside the turn (Gemma-4)
+            end = first_stop_end(renderer, full_text, turn)
+        else:
+            end = close_end(renderer, full_text, turn, following)
         return None if end is None else self.tokenizer.encode(full_text[end:], add_special_tokens=False)
 
     # --- one episode --------------------------------------------------------------------
@@ -163,6 +166,18 @@ class BridgeAudit:
         except ValueError:
             return True
 
+    def content_follows_new_messages(self, renderer, history, assistant, new, tools) -> bool:
+        """Whether the template writes the new messages inside the sampled turn, before its content
+        (Gemma-4 puts tool responses right after the calls and the turn's text after them): a model
+        that wrote text before its stop sampled a turn the template cannot show, so no answer is right."""
+        if not (isinstance(assistant.get("content"), str) and assistant["content"].strip()):
+            return False
+        try:
+            spans = renderer._render_output(history + [assistant] + new, tools, True).message_spans()
+        except ValueError:
+            return False
+        return not any(index == len(history) + 1 for _, index in spans)
+
     def answers_depend_on_call_ids(self, renderer, completion, history, assistant, new, tools) -> bool:
         """Whether the new tool results render differently when the sampled calls (whose ids the
         completion does not carry) had their ids in another order: the ids alone cannot tell."""
@@ -180,8 +195,10 @@ class BridgeAudit:
     def bridge_point(self, renderer, prompt, completion, history, assistant, new, tools, knobs, junk):
         """Check every variant at one point; return the next prompt of the episode (None: stop)."""
         full = self.full_render(renderer, history + [assistant] + new, tools, knobs)
-        ambiguous = self.ambiguous(renderer, completion, history, assistant, tools) or self.answers_depend_on_call_ids(
-            renderer, completion, history, assistant, new, tools
+        ambiguous = (
+            self.ambiguous(renderer, completion, history, assistant, tools)
+            or self.answers_depend_on_call_ids(renderer, completion, history, assistant, new, tools)
+            or self.content_follows_new_messages(renderer, history, assistant, new, tools)
         )
         self.counts["ambiguous points"] += ambiguous
         kept = prompt + completion
@@ -259,10 +276,7 @@ NO_SAMPLED_TURN = {
     "deepseek_r1_distill_qwen": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
 }
 #: Known gaps, each a strict xfail: it fails the day the gap closes.
-KNOWN_GAPS = {
-    "gemma_4": "its tool-call syntax (<|tool_call>call:NAME{key:<|\"|>value<|\"|>}) is not learned, so the bridge "
-    "refuses every turn (UNLEARNED)",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def family_params() -> list:
