@@ -592,6 +592,13 @@ class Prober:
         # a start inside a marker moves past it (`|><|tool_call_begin|>` -> `<|tool_call_begin|>`)
         start = marker_boundary_after(block_and_start, len(block_and_start) - len(call_start), self.added_tokens)
         call_start = block_and_start[start:]
+        # the second call starts right after the first one's end: whitespace the end already holds
+        # is not the start's (Nemotron-3: `</tool_call>\n<tool_call>` against a first `\n<tool_call>`)
+        if call_end and call_end in between and not between.endswith(call_end + call_start):
+            after_end = between[between.rindex(call_end) + len(call_end) :]
+            shorter = len(after_end) < len(call_start)
+            if after_end and shorter and block_and_start.endswith(after_end) and after_end.strip() == call_start.strip():
+                call_start = after_end
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
         if CONTENT in double and double.index(CONTENT) > double.index(SECOND_TOOL):

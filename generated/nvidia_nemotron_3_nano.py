@@ -23,7 +23,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     the template then writes '\n' before the next message.
     Generation prompt (default knobs): '<|im_start|>assistant\n<think>\n'.
     Reasoning: '<think>' ... '</think>'.
-    Tool calls (xml): '\n<tool_call>\n<function=' NAME '>\n' ARGUMENTS '</function>\n</tool_call>\n'.
+    Tool calls (xml): '<tool_call>\n<function=' NAME '>\n' ARGUMENTS '</function>\n</tool_call>\n'.
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn with reasoning_content); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
@@ -40,12 +40,13 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     REASONING = ReasoningFormat(open="<think>", close="</think>", after_open="\n", before_close="\n", after_close="\n")
     TOOL_CALLS = ToolCallFormat(
         style="xml",
-        call_start="\n<tool_call>\n<function=",
+        call_start="<tool_call>\n<function=",
         name_end=">\n",
         call_end="</function>\n</tool_call>\n",
         parameter_start="<parameter=",
         parameter_value=">\n",
         parameter_end="\n</parameter>\n",
+        block_start="\n",
     )
     PREFIX_STABLE = False
     DEFAULT_THINKING_RETENTION = "template"
