@@ -451,6 +451,11 @@ class TextEncoder:
             if self._rank_bpe is not None:
                 encode = self._rank_bpe.encode
                 fresh = [encode(spans[index]) for index in missing]
+                refused = [at for at, ids in enumerate(fresh) if ids is None]  # shortcut-only tokens: HF's
+                if refused:
+                    library = self._hf_encode([spans[missing[at]] for at in refused], False, hide)
+                    for at, (ids, _) in zip(refused, library):
+                        fresh[at] = ids
             else:
                 fresh = [ids for ids, _ in self._hf_encode([spans[index] for index in missing], False, hide)]
             for index, ids in zip(missing, fresh):
