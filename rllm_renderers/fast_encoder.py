@@ -76,6 +76,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 __all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
@@ -100,6 +101,8 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 
 _BYTE_OF = _byte_level_alphabet()
+# bytes.translate table: 1 for a UTF-8 byte that starts a character, 0 for a continuation byte.
+_STARTS_A_CHARACTER = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 _TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
 
 
@@ -128,6 +131,7 @@ class RankBpe:
     _encoding: Any = field(default=None, repr=False)
     _stage_regexes: tuple = field(default=(), repr=False)
     _shortcut_search: Any = field(default=None, repr=False)
+    _byte_lengths: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         import tiktoken
@@ -178,6 +182,27 @@ class RankBpe:
         for piece in self._staged_pieces(span):
             ids += encode(piece)
         return ids
+
+    def starts(self, span: str, ids: list[int]) -> list[int] | None:
+        """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
+        ``span``: the library's offsets (a token that starts inside a character starts at that
+        character).  None when NFC changes the span (the library's offsets then follow its
+        alignment of the normalized text) or an id is not in the ranks."""
+        lengths = self._byte_lengths
+        if lengths is None:
+            lengths = self._byte_lengths = {rank: len(token) for token, rank in self.ranks.items()}
+        try:
+            byte_starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))
+        except KeyError:  # a token tiktoken does not have (a span the library encoded)
+            return None
+        byte_starts.pop()
+        if span.isascii():
+            return byte_starts
+        if self.nfc and self._nfc(span) != span:
+            return None
+        # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
+        char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))
+        return [char_at[at + 1] for at in byte_starts]
 
     def _staged_pieces(self, span: str) -> list[str]:
         """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps)."""

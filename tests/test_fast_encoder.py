@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,8 @@ def test_backend_choice_is_the_expected_one(both):
     assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
     if auto.backend == "hf":
         assert auto.backend_reason  # says why
+    # Offsets from byte lengths wherever tiktoken encodes (no corpus tokenizer trims offsets).
+    assert auto._offsets_from_lengths == (auto.backend == "tiktoken")
 
 
 @settings(PROFILE, max_examples=200, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -135,7 +138,9 @@ def test_both_backends_equal_tokenizer_encode(both, data):
     want = tokenizer.encode(text, add_special_tokens=False)
     assert auto.encode(text) == want, name
     assert forced.encode(text) == want, name
-    assert auto.encode_with_offsets(text)[0] == want, name
+    # Offsets: both backends give the library's starts (for the whole text in one piece).
+    whole = [start for start, _ in tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
+    assert auto.encode_with_offsets(text) == forced.encode_with_offsets(text) == (want, whole), name
 
 
 @settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -501,3 +506,61 @@ def test_plain_ranges_hide_added_tokens_only_inside(name):
     at = harmless.index("plain")
     assert encoder.encode(harmless, plain_ranges=[(at, at + 11)]) == encoder.encode(harmless)
     assert encoder.encode(text, plain_ranges=[]) == encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+
+
+# ---------------------------------------------------------------------------- offsets without HF
+
+OFFSET_TEXTS = [
+    "plain ascii words, digits 12345 and   runs of\n\n\twhitespace  ",
+    "中文字 日本語のテキスト 한국어 ㄱ",  # CJK: tokens that start inside a character (byte pieces)
+    "emoji 😀👍🏽🇫🇷👨‍👩‍👧 ✨🧑🏿‍💻 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𠀀𠀁",  # 4-byte characters, ZWJ sequences
+    "precomposed é Å ñ and marks a\u0323\u0302 \u20dd",  # NFC leaves these alone
+    "decomposed e\u0301 A\u030a \u2126 \u212b \uf900",  # NFC changes these: the library's offsets
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen35", "qwen35-file", "dsv3", "gptoss", "llama31", "synthetic/glm5"])
+def test_offsets_from_byte_lengths_equal_the_library(name, monkeypatch):
+    """Every text, in every added-token context: the starts of ``encode_with_offsets`` are the library's,
+    and spans NFC leaves alone never call the library."""
+    tokenizer = _load(name)
+    encoder = TextEncoder(tokenizer, span_cache_size=0)
+    forced = TextEncoder(tokenizer, backend="hf")
+    assert encoder._offsets_from_lengths
+    marker = max(encoder.added_token_strings, key=len)
+    texts = [text for body in OFFSET_TEXTS for text in (body, f"{marker}{body}{marker}", body[::-1], body * 3)]
+    texts += [" " * n + "x" for n in range(1, 5)] + ["\n" * 7, "", "😀", "a😀", "😀😀😀a"]
+    texts += QWEN35_LEFT_OUT + [f"{word}:{word}" for word in QWEN35_LEFT_OUT]
+    for text in texts:
+        whole = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+        assert encoder.encode_with_offsets(text) == forced.encode_with_offsets(text) == (
+            whole.ids, [start for start, _ in whole.offsets]), (name, text)  # fmt: skip
+
+    calls = []
+    real = encoder._hf_encode
+    monkeypatch.setattr(encoder, "_hf_encode", lambda spans, *rest: calls.append(spans) or real(spans, *rest))
+    nfc_unchanged = [text for text in texts if unicodedata.normalize("NFC", text) == text]
+    shortcut_only = encoder._rank_bpe.shortcut_only
+    nfc_unchanged = [text for text in nfc_unchanged if not any(word in text for word in shortcut_only)]
+    for text in nfc_unchanged:
+        encoder.encode_with_offsets(text)
+    assert not calls, calls[:3]
+    changed = "decomposed e\u0301"
+    assert encoder.encode_with_offsets(changed) == forced.encode_with_offsets(changed)
+    assert calls == ([[changed]] if encoder._rank_bpe.nfc else [])  # without NFC nothing is changed
+
+
+def test_trimmed_offsets_are_left_to_the_library():
+    """A ByteLevel post-processor that trims offsets moves a token's start past its leading space: the
+    byte-length starts would be wrong, so the encoder asks the library."""
+    data = json.loads(Tokenizer.from_file(str(_tokenizer_dir("qwen3") / "tokenizer.json")).to_str())
+    data["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    encoder = TextEncoder(tokenizer)
+    assert encoder.backend == "tiktoken" and not encoder._offsets_from_lengths
+    text = "hello   world, again <|im_end|> more"
+    whole = tokenizer.encode(text, add_special_tokens=False)
+    library = [start for start, _ in whole.offsets]
+    assert encoder.encode_with_offsets(text) == (whole.ids, library)
+    span = "hello   world, again "
+    assert encoder._rank_bpe.starts(span, encoder.encode(span)) != library[: len(encoder.encode(span))]
