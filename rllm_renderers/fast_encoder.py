@@ -106,6 +106,56 @@ _STARTS_A_CHARACTER = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(25
 _TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
 
 
+_INERT: dict[str, bool] = {}  # character -> inert (see _nfc_inert); filled on first sight
+_SECONDS: set[int] = set()  # second characters of canonical decompositions (built on first use)
+_NOT_ASCII = None
+
+
+def _nfc_inert(span: str) -> bool:
+    """True when NFC leaves ``span`` unchanged because every non-ASCII character is *inert*:
+    assigned in Python's Unicode version, combining class 0, its own NFC, and not the second
+    character of a canonical decomposition (nor a Hangul vowel or trailing jamo).  Such a string
+    is NFC under Python's version, so under the library's too: combining classes, decompositions
+    and composition exclusions of assigned characters never change (Unicode stability policies),
+    and a character the library's version lacks is inert there.  Other strings: ask the library."""
+    global _NOT_ASCII
+    if _NOT_ASCII is None:
+        import unicodedata
+
+        for code in range(0x30000):
+            parts = unicodedata.decomposition(chr(code)).split()
+            if len(parts) == 2 and not parts[0].startswith("<"):
+                _SECONDS.add(int(parts[1], 16))
+        _NOT_ASCII = _NonAscii()
+    for ch in _NOT_ASCII.intersection(span):
+        inert = _INERT.get(ch)
+        if inert is None:
+            inert = _INERT[ch] = _is_inert(ch)
+        if not inert:
+            return False
+    return True
+
+
+class _NonAscii:
+    """``intersection(span)``: the distinct non-ASCII characters of ``span``."""
+
+    _ASCII = frozenset(map(chr, range(128)))
+
+    def intersection(self, span: str) -> set[str]:
+        return set(span).difference(self._ASCII)
+
+
+def _is_inert(ch: str) -> bool:
+    import unicodedata
+
+    code = ord(ch)
+    if code >= 0x30000 or code in _SECONDS or 0x1160 <= code <= 0x11FF:
+        return False
+    if unicodedata.category(ch) in ("Cn", "Cs", "Co"):
+        return False
+    return unicodedata.combining(ch) == 0 and unicodedata.normalize("NFC", ch) == ch
+
+
 def bytes_of_byte_level(token: str) -> bytes:
     """The bytes a ByteLevel vocabulary string stands for (UnicodeEncodeError for a foreign character)."""
     return token.translate(_TO_LATIN1).encode("latin-1")
@@ -171,8 +221,19 @@ class RankBpe:
 
     def encode(self, span: str) -> list[int] | None:
         """The span's ids, or None when it contains a shortcut-only token's text (the library's to encode)."""
-        if self.nfc and not span.isascii():
+        if self.nfc and not span.isascii() and not _nfc_inert(span):
             span = self._nfc(span)
+        return self._encode_normalized(span)
+
+    def encode_with_starts(self, span: str) -> tuple[list[int] | None, list[int] | None]:
+        """``(encode(span), starts(span, those ids))``, normalizing the span once."""
+        normalized = self._nfc(span) if self.nfc and not span.isascii() and not _nfc_inert(span) else span
+        ids = self._encode_normalized(normalized)
+        if ids is None or normalized != span:
+            return ids, None
+        return ids, self.starts(span, ids, unchanged_by_nfc=True)
+
+    def _encode_normalized(self, span: str) -> list[int] | None:
         if self._shortcut_search is not None and self._shortcut_search(span):
             return None
         if not self._stage_regexes:
@@ -183,7 +244,7 @@ class RankBpe:
             ids += encode(piece)
         return ids
 
-    def starts(self, span: str, ids: list[int]) -> list[int] | None:
+    def starts(self, span: str, ids: list[int], *, unchanged_by_nfc: bool = False) -> list[int] | None:
         """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
         ``span``: the library's offsets (a token that starts inside a character starts at that
         character).  None when NFC changes the span (the library's offsets then follow its
@@ -198,7 +259,7 @@ class RankBpe:
         byte_starts.pop()
         if span.isascii():
             return byte_starts
-        if self.nfc and self._nfc(span) != span:
+        if self.nfc and not unchanged_by_nfc and not _nfc_inert(span) and self._nfc(span) != span:
             return None
         # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
         char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))

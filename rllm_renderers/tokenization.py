@@ -301,8 +301,8 @@ class TextEncoder:
 
     ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
     ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`; why
-    tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.  ``span_cache_size``: how many span
-    encodings to keep (0: none).  Encoding never touches the caller's tokenizer object: it uses
+    tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.
+    ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the caller's tokenizer object: it uses
     private copies, so other threads may pad or truncate with that tokenizer meanwhile.
     """
 
@@ -477,10 +477,16 @@ class TextEncoder:
         cache = self._cache
         results: list[Any] = [cache.get((kind, span)) for span in spans]
         missing = [index for index, ids in enumerate(results) if ids is None]
+        fresh_starts: dict[int, list[int] | None] = {}
         if missing:
             if self._rank_bpe is not None:
-                encode = self._rank_bpe.encode
-                fresh = [encode(spans[index]) for index in missing]
+                if with_offsets:  # one NFC per span for both
+                    pairs = [self._rank_bpe.encode_with_starts(spans[index]) for index in missing]
+                    fresh = [ids for ids, _ in pairs]
+                    fresh_starts = {index: starts for index, (_, starts) in zip(missing, pairs)}
+                else:
+                    encode = self._rank_bpe.encode
+                    fresh = [encode(spans[index]) for index in missing]
                 refused = [at for at, ids in enumerate(fresh) if ids is None]  # shortcut-only tokens: HF's
                 if refused:
                     library = self._hf_encode([spans[missing[at]] for at in refused], False, hide)
@@ -495,7 +501,10 @@ class TextEncoder:
             return [(ids, []) for ids in results]
         # Starts from the tokens' byte lengths (RankBpe.starts), where they are the library's.
         starts_of = self._rank_bpe.starts
-        encoded = [(ids, starts_of(span, ids)) for span, ids in zip(spans, results)]
+        encoded = [
+            (ids, fresh_starts[index] if index in fresh_starts else starts_of(span, ids))
+            for index, (span, ids) in enumerate(zip(spans, results))
+        ]
         redo = [index for index, (_, starts) in enumerate(encoded) if starts is None]
         if redo:
             for index, pair in zip(redo, self._hf_encode([spans[index] for index in redo], True, hide)):

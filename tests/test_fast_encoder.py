@@ -564,3 +564,17 @@ def test_trimmed_offsets_are_left_to_the_library():
     assert encoder.encode_with_offsets(text) == (whole.ids, library)
     span = "hello   world, again "
     assert encoder._rank_bpe.starts(span, encoder.encode(span)) != library[: len(encoder.encode(span))]
+
+
+def test_nfc_inert_spans_are_unchanged_by_the_library_nfc():
+    """The shortcut that skips the library's NFC: every code point, alone and next to a letter, a
+    combining mark, a Hangul jamo and itself; whenever it says inert, the library's NFC agrees."""
+    from tokenizers.normalizers import NFC
+
+    nfc = NFC().normalize_str
+    code_points = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c <= 0xDFFF]
+    texts = [text for ch in code_points for text in (ch, "a" + ch, ch + "\u0301", "\u1100" + ch, ch + ch, ch + "\u0bbe")]
+    inert = [text for text in texts if fast_encoder._nfc_inert(text)]
+    assert len(inert) > len(texts) // 4  # most text is inert: the shortcut is taken
+    assert [text for text in inert if nfc(text) != text] == []
+    assert not fast_encoder._nfc_inert("e\u0301") and not fast_encoder._nfc_inert("\u2126")
