@@ -302,8 +302,9 @@ class TextEncoder:
     ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
     ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`; why
     tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.
-    ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the caller's tokenizer object: it uses
-    private copies, so other threads may pad or truncate with that tokenizer meanwhile.
+    ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the
+    caller's tokenizer object: it uses private copies, so other threads may pad or truncate with
+    that tokenizer meanwhile.
     """
 
     def __init__(self, tokenizer: Any, *, backend: str | None = None, span_cache_size: int = 256):

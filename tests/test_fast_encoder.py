@@ -573,7 +573,8 @@ def test_nfc_inert_spans_are_unchanged_by_the_library_nfc():
 
     nfc = NFC().normalize_str
     code_points = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c <= 0xDFFF]
-    texts = [text for ch in code_points for text in (ch, "a" + ch, ch + "\u0301", "\u1100" + ch, ch + ch, ch + "\u0bbe")]
+    contexts = ("{}", "a{}", "{}\u0301", "\u1100{}", "{}{}", "{}\u0bbe")
+    texts = [context.format(ch, ch) for ch in code_points for context in contexts]
     inert = [text for text in texts if fast_encoder._nfc_inert(text)]
     assert len(inert) > len(texts) // 4  # most text is inert: the shortcut is taken
     assert [text for text in inert if nfc(text) != text] == []
