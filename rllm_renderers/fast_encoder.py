@@ -107,8 +107,8 @@ _TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
 
 
 _INERT: dict[str, bool] = {}  # character -> inert (see _nfc_inert); filled on first sight
-_SECONDS: set[int] = set()  # second characters of canonical decompositions (built on first use)
-_NOT_ASCII = None
+_SECONDS: set[int] | None = None  # second characters of canonical decompositions (built on first use)
+_ASCII = frozenset(map(chr, range(128)))
 
 
 def _nfc_inert(span: str) -> bool:
@@ -118,38 +118,30 @@ def _nfc_inert(span: str) -> bool:
     is NFC under Python's version, so under the library's too: combining classes, decompositions
     and composition exclusions of assigned characters never change (Unicode stability policies),
     and a character the library's version lacks is inert there.  Other strings: ask the library."""
-    global _NOT_ASCII
-    if _NOT_ASCII is None:
+    global _SECONDS
+    if _SECONDS is None:
         import unicodedata
 
+        seconds = set()
         for code in range(0x30000):
             parts = unicodedata.decomposition(chr(code)).split()
             if len(parts) == 2 and not parts[0].startswith("<"):
-                _SECONDS.add(int(parts[1], 16))
-        _NOT_ASCII = _NonAscii()
-    for ch in _NOT_ASCII.intersection(span):
+                seconds.add(int(parts[1], 16))
+        _SECONDS = seconds
+    for ch in set(span).difference(_ASCII):
         inert = _INERT.get(ch)
         if inert is None:
-            inert = _INERT[ch] = _is_inert(ch)
+            inert = _INERT[ch] = _is_inert(ch, _SECONDS)
         if not inert:
             return False
     return True
 
 
-class _NonAscii:
-    """``intersection(span)``: the distinct non-ASCII characters of ``span``."""
-
-    _ASCII = frozenset(map(chr, range(128)))
-
-    def intersection(self, span: str) -> set[str]:
-        return set(span).difference(self._ASCII)
-
-
-def _is_inert(ch: str) -> bool:
+def _is_inert(ch: str, seconds: set[int]) -> bool:
     import unicodedata
 
     code = ord(ch)
-    if code >= 0x30000 or code in _SECONDS or 0x1160 <= code <= 0x11FF:
+    if code >= 0x30000 or code in seconds or 0x1160 <= code <= 0x11FF:
         return False
     if unicodedata.category(ch) in ("Cn", "Cs", "Co"):
         return False
