@@ -21,26 +21,47 @@ What is proved, and how (the conditions checked, in order):
 
 2. *BPE.*  The library merges, in a word, the adjacent pair with the smallest *merge index*
    (ties: leftmost); tiktoken the adjacent pair whose concatenation has the smallest *rank*
-   (ties: leftmost), with rank = token id, considering every pair whose concatenation is a token.
-   Checked: (a) every merge's product is in the vocabulary and product ids never decrease along
-   the merge list; and either (b) every merge product, encoded alone by the library's BPE (no
-   whole-word shortcut), is that one token, or (c) the merges are *closed* (every split of a
-   token into two tokens is a merge) and the library takes the whole-word shortcut
-   (``ignore_merges``), as the tokenizer.json files converted from tiktoken (Llama-3, gpt-oss) are.
+   (ties: leftmost), with rank = token id, considering every pair whose concatenation is in its
+   ranks R.  Before that, each may take a *whole-word shortcut*: tiktoken emits a piece that is
+   in R as that token; the library, with ``ignore_merges``, emits a word that is in its
+   vocabulary as that token.  Checked: (a) every merge's product is in the vocabulary and
+   product ids never decrease along the merge list.  Then the *left-out* tokens L are the
+   vocabulary tokens that are neither bytes nor merge products, and, unless (c) the merges are
+   *closed* (every split of a product into two bytes-or-products is a merge) and the library
+   takes the shortcut (the tokenizer.json files converted from tiktoken: Llama-3, gpt-oss, the
+   Qwen3.5 file), also (b) the merge products that the library's merge loop, run alone on their
+   own bytes, does not turn into that one token.  R = the vocabulary minus L.
+
+   *Left out.*  The merge loop never makes a token of L, in any word: not a non-product (no
+   merge makes it); not an unreached product w (if it merged u, v into w somewhere, then by
+   locality, below, the loop on w's bytes alone passes through [u, v] and merges it, reaching w).
+   So a left-out token is given only by the library's shortcut, on a word equal to it: never
+   without ``ignore_merges``; with it, a span containing the text of a left-out token (a word is
+   a substring of the normalized span; a token whose bytes are not UTF-8 is never a word) is
+   given to the library instead (``RankBpe.encode`` returns None; one regex search per span).
+   Transformers loads Qwen3.5 (``Qwen2Tokenizer``) by rebuilding the model from its vocabulary
+   and merges without ``ignore_merges``: there the 83 non-products and 118 unreached products
+   (token 170315 ``yarakat`` gives [88, 26980, 266]) are never given, L has 201 tokens and no
+   span goes to the library; the file itself (``ignore_merges``, closed merges: L = the 83
+   non-products) needs the search.
 
    Proof sketch.  *Locality:* if symbols u, v are adjacent at some step of either algorithm, the
    same algorithm run on the bytes of u + v alone passes through the state [u, v] (the merges
    inside that region happen in the same order: each was the smallest pair when it happened, and
-   no merge ever crossed the region's edge).  As a run on given bytes is deterministic, *all
-   pairs present at one time whose concatenation is the same token w are the same split of w*.
-   Now run both on a word; while their states agree, let tiktoken pick the leftmost pair with the
-   smallest product w.  If that pair is not a merge, (c) is impossible, and by locality the
-   library alone on w's bytes reaches [u, v] and stops, contradicting (b).  Otherwise every
-   w-pair present is that merge, and by (a) no merge present has a smaller index than w's
-   block, so the library picks the same leftmost pair.  The whole-piece shortcut: tiktoken takes
-   it for every token; the library takes it with ``ignore_merges`` (then every vocabulary token
-   must be a byte or a merge product, else the library could give a token tiktoken does not
-   have), and without it reaches the same token by (b).
+   no merge ever crossed the region's edge).  As a run on given bytes is deterministic and loses
+   one symbol per step, *all pairs present at one time whose concatenation is the same token w
+   are the same split of w*.  Now run both merge loops on a word; while their states agree, let
+   tiktoken pick the leftmost pair (u, v) with the smallest product w in R.  It is a merge: by
+   (c) (u and v are in R, so bytes or products), or else because by locality the library alone
+   on w's bytes passes through [u, v] and still reaches w (w is not in L).  Every w-pair present
+   is that merge.  A present merge with another product w' in R has id(w') > id(w) (tiktoken
+   sees it too), so by (a) a larger index than w's merges; one with a product in L is never the
+   library's pick (it would make that token).  So the library picks the same leftmost pair; and
+   when tiktoken finds no pair, the library finds no merge it would apply.  The shortcut: a
+   piece in R is that token in both (tiktoken's shortcut; the library's shortcut, or without
+   ``ignore_merges`` its merge loop, by (b)); a piece in L goes to tiktoken's merge loop, which
+   equals the library's unless the library's shortcut applies, and those spans go to the
+   library; any other piece goes through both merge loops.
 
 The regexes are run by tiktoken's engine (fancy-regex) instead of the library's (Oniguruma) on
 the same pattern text; the differential tests compare both on every corpus tokenizer.
@@ -55,13 +76,14 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 __all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "3"
+PROOF_VERSION = "4"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -79,7 +101,51 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 
 _BYTE_OF = _byte_level_alphabet()
+# bytes.translate table: 1 for a UTF-8 byte that starts a character, 0 for a continuation byte.
+_STARTS_A_CHARACTER = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
 _TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
+
+
+_INERT: dict[str, bool] = {}  # character -> inert (see _nfc_inert); filled on first sight
+_SECONDS: set[int] | None = None  # second characters of canonical decompositions (built on first use)
+_ASCII = frozenset(map(chr, range(128)))
+
+
+def _nfc_inert(span: str) -> bool:
+    """True when NFC leaves ``span`` unchanged because every non-ASCII character is *inert*:
+    assigned in Python's Unicode version, combining class 0, its own NFC, and not the second
+    character of a canonical decomposition (nor a Hangul vowel or trailing jamo).  Such a string
+    is NFC under Python's version, so under the library's too: combining classes, decompositions
+    and composition exclusions of assigned characters never change (Unicode stability policies),
+    and a character the library's version lacks is inert there.  Other strings: ask the library."""
+    global _SECONDS
+    if _SECONDS is None:
+        import unicodedata
+
+        seconds = set()
+        for code in range(0x30000):
+            parts = unicodedata.decomposition(chr(code)).split()
+            if len(parts) == 2 and not parts[0].startswith("<"):
+                seconds.add(int(parts[1], 16))
+        _SECONDS = seconds
+    for ch in set(span).difference(_ASCII):
+        inert = _INERT.get(ch)
+        if inert is None:
+            inert = _INERT[ch] = _is_inert(ch, _SECONDS)
+        if not inert:
+            return False
+    return True
+
+
+def _is_inert(ch: str, seconds: set[int]) -> bool:
+    import unicodedata
+
+    code = ord(ch)
+    if code >= 0x30000 or code in seconds or 0x1160 <= code <= 0x11FF:
+        return False
+    if unicodedata.category(ch) in ("Cn", "Cs", "Co"):
+        return False
+    return unicodedata.combining(ch) == 0 and unicodedata.normalize("NFC", ch) == ch
 
 
 def bytes_of_byte_level(token: str) -> bytes:
@@ -99,8 +165,15 @@ class RankBpe:
     stages: tuple[str, ...]
     nfc: bool
     ranks: dict[bytes, int] = field(repr=False)
+    #: Texts of the tokens only the library's whole-word shortcut gives (module doc, "Left out"):
+    #: a span containing one is not ours to encode (:meth:`encode` returns None).
+    shortcut_only: tuple[str, ...] = ()
+    #: How many vocabulary tokens were left out of ``ranks`` (never made by the merge loop).
+    left_out: int = 0
     _encoding: Any = field(default=None, repr=False)
     _stage_regexes: tuple = field(default=(), repr=False)
+    _shortcut_search: Any = field(default=None, repr=False)
+    _byte_lengths: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         import tiktoken
@@ -121,10 +194,40 @@ class RankBpe:
             from tokenizers.normalizers import NFC
 
             self._nfc = NFC().normalize_str
+        if self.shortcut_only:
+            import re
 
-    def encode(self, span: str) -> list[int]:
-        if self.nfc and not span.isascii():
+            longest_first = sorted(self.shortcut_only, key=len, reverse=True)
+            self._shortcut_search = re.compile("|".join(map(re.escape, longest_first))).search
+
+    def note(self) -> str:
+        """What tiktoken does not cover here ("" when it covers every span)."""
+        if self.shortcut_only:
+            return (
+                f"{len(self.shortcut_only)} vocabulary tokens are given only by the whole-word shortcut: "
+                "a span containing one is encoded by the HF backend"
+            )
+        if self.left_out:
+            return f"{self.left_out} vocabulary tokens the tokenizer never gives are left out of the ranks"
+        return ""
+
+    def encode(self, span: str) -> list[int] | None:
+        """The span's ids, or None when it contains a shortcut-only token's text (the library's to encode)."""
+        if self.nfc and not span.isascii() and not _nfc_inert(span):
             span = self._nfc(span)
+        return self._encode_normalized(span)
+
+    def encode_with_starts(self, span: str) -> tuple[list[int] | None, list[int] | None]:
+        """``(encode(span), starts(span, those ids))``, normalizing the span once."""
+        normalized = self._nfc(span) if self.nfc and not span.isascii() and not _nfc_inert(span) else span
+        ids = self._encode_normalized(normalized)
+        if ids is None or normalized != span:
+            return ids, None
+        return ids, self.starts(span, ids, unchanged_by_nfc=True)
+
+    def _encode_normalized(self, span: str) -> list[int] | None:
+        if self._shortcut_search is not None and self._shortcut_search(span):
+            return None
         if not self._stage_regexes:
             return self._encode(span)
         ids: list[int] = []
@@ -132,6 +235,27 @@ class RankBpe:
         for piece in self._staged_pieces(span):
             ids += encode(piece)
         return ids
+
+    def starts(self, span: str, ids: list[int], *, unchanged_by_nfc: bool = False) -> list[int] | None:
+        """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
+        ``span``: the library's offsets (a token that starts inside a character starts at that
+        character).  None when NFC changes the span (the library's offsets then follow its
+        alignment of the normalized text) or an id is not in the ranks."""
+        lengths = self._byte_lengths
+        if lengths is None:
+            lengths = self._byte_lengths = {rank: len(token) for token, rank in self.ranks.items()}
+        try:
+            byte_starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))
+        except KeyError:  # a token tiktoken does not have (a span the library encoded)
+            return None
+        byte_starts.pop()
+        if span.isascii():
+            return byte_starts
+        if self.nfc and not unchanged_by_nfc and not _nfc_inert(span) and self._nfc(span) != span:
+            return None
+        # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
+        char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))
+        return [char_at[at + 1] for at in byte_starts]
 
     def _staged_pieces(self, span: str) -> list[str]:
         """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps)."""
@@ -214,7 +338,7 @@ def _check_model(model: dict) -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, merges
 
 
-def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_merges: bool) -> set[str]:
+def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]]) -> set[str]:
     """Condition (a); returns the merge products."""
     products: set[str] = set()
     previous = -1
@@ -227,10 +351,6 @@ def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]], ignore_m
             raise _NotProvable(f"merge {index} makes token {rank}, after a merge that made token {previous}")
         products.add(product)
         previous = rank
-    if ignore_merges:
-        strays = [token for token in vocab if token not in products and token not in _BYTE_OF]
-        if strays:
-            raise _NotProvable(f"{len(strays)} vocabulary tokens are neither bytes nor merge products (e.g. {strays[0]!r})")
     return products
 
 
@@ -246,8 +366,9 @@ def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], pro
     return True
 
 
-def _check_reachable(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> None:
-    """Condition (b): the library's BPE alone (no shortcut) encodes each merge product as itself."""
+def _unreached(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> set[str]:
+    """Condition (b): the merge products that the library's merge loop (no whole-word shortcut)
+    does not turn into themselves from their own bytes."""
     import tokenizers
 
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
@@ -257,12 +378,20 @@ def _check_reachable(vocab: dict[str, int], merges: list[tuple[str, str]], produ
     words = sorted(products)
     want = [vocab[word] for word in words]
     if bpe.encode(" ".join(words), add_special_tokens=False).ids == want:
-        return
-    for word, id_ in zip(words, want):  # name the first token that is not reached
-        ids = bpe.encode(word, add_special_tokens=False).ids
-        if ids != [id_]:
-            raise _NotProvable(f"token {id_} ({word!r}) is not reached by BPE of its own bytes: {ids}")
-    raise _NotProvable("merge products are not reached by BPE of their own bytes")  # pragma: no cover
+        return set()
+    encodings = bpe.encode_batch_fast(words, add_special_tokens=False)
+    return {word for word, id_, encoding in zip(words, want, encodings) if encoding.ids != [id_]}
+
+
+def _shortcut_texts(tokens: set[str]) -> tuple[str, ...]:
+    """The texts of byte-level ``tokens`` that a pre-token can equal (valid UTF-8), sorted."""
+    texts = set()
+    for token in tokens:
+        try:
+            texts.add(bytes_of_byte_level(token).decode("utf-8"))
+        except UnicodeDecodeError:  # a piece of a character: no pre-token (a str) is ever this
+            pass
+    return tuple(sorted(texts))
 
 
 def _state(component: Any) -> Any:
@@ -296,7 +425,9 @@ def _remember(marker, verdict: str, plan: RankBpe | None = None) -> None:
     """Write the verdict (with a proved plan: its regexes and rank table) atomically."""
     lines = [verdict]
     if plan is not None:
-        lines.append(json.dumps({"pattern": plan.pattern, "stages": list(plan.stages), "nfc": plan.nfc}))
+        header = {"pattern": plan.pattern, "stages": list(plan.stages), "nfc": plan.nfc}
+        header.update(shortcut_only=list(plan.shortcut_only), left_out=plan.left_out)
+        lines.append(json.dumps(header))
         lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in plan.ranks.items()]
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +446,14 @@ def _remembered_plan(lines: list[str]) -> RankBpe | None:
         for line in lines[2:]:
             token, rank = line.split(" ")
             ranks[base64.b64decode(token)] = int(rank)
-        return RankBpe(pattern=header["pattern"], stages=tuple(header["stages"]), nfc=header["nfc"], ranks=ranks)
+        return RankBpe(
+            pattern=header["pattern"],
+            stages=tuple(header["stages"]),
+            nfc=header["nfc"],
+            ranks=ranks,
+            shortcut_only=tuple(header["shortcut_only"]),
+            left_out=header["left_out"],
+        )
     except (IndexError, KeyError, ValueError, TypeError):
         return None
 
@@ -332,29 +470,34 @@ def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
     if verdict == "proved":  # proved before for exactly this content: the table is in the marker
         remembered = _remembered_plan(lines)
         if remembered is not None:
-            return remembered, ""
+            return remembered, remembered.note()
     data = json.loads(tokenizer_json)
     try:
         nfc = _normalizer_is_nfc(data.get("normalizer"))
         stages, pattern = _split_stages(data.get("pre_tokenizer"))
         vocab, merges = _check_model(data["model"])
         ignore_merges = bool(data["model"].get("ignore_merges"))
-        products = _check_merges(vocab, merges, ignore_merges)
+        products = _check_merges(vocab, merges)
+        # Tokens the merge loop never makes (module doc, "Left out"): kept out of the ranks.
+        left_out = {token for token in vocab if token not in products and token not in _BYTE_OF}
         if not (ignore_merges and _merges_are_closed(vocab, merges, products)):
-            _check_reachable(vocab, merges, products)
+            left_out |= _unreached(vocab, merges, products)
     except _NotProvable as exc:
         _remember(marker, f"refused: {exc}")
         return None, str(exc)
-    ranks = {bytes_of_byte_level(token): id_ for token, id_ in vocab.items() if token in products}
+    kept = products - left_out
+    ranks = {bytes_of_byte_level(token): id_ for token, id_ in vocab.items() if token in kept}
     ranks.update({bytes([byte]): vocab[ch] for ch, byte in _BYTE_OF.items()})
+    # Only the whole-word shortcut can give a left-out token; without it, none is ever given.
+    shortcut_only = _shortcut_texts(left_out) if ignore_merges else ()
     try:
-        plan = RankBpe(pattern=pattern, stages=tuple(stages), nfc=nfc, ranks=ranks)
+        plan = RankBpe(pattern, tuple(stages), nfc, ranks, shortcut_only=shortcut_only, left_out=len(left_out))
     except ImportError as exc:
         return None, f"tiktoken is not installed ({exc})"
     except ValueError as exc:  # tiktoken could not compile the regex
         return None, f"tiktoken refused the tokenizer: {exc}"
     _remember(marker, "proved", plan)
-    return plan, ""
+    return plan, plan.note()
 
 
 # The plan per tokenizer content (sha256 of its JSON): built once per process, not per renderer

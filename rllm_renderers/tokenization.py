@@ -36,6 +36,16 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
    Spans are independent, so their ids are cached by content (a bounded LRU): the system prompt and
    tools block that thousands of rollouts share is encoded once.
 
+*Offsets* (``encode_with_offsets``: per token, the character of the text where it starts).  The
+library's offsets of a byte-level BPE are character offsets into the original span: a token starts
+at the character holding its first byte (a token that starts inside a multi-byte character starts at
+that character), mapped back through the normalizer's alignment.  So on the tiktoken backend the
+starts are computed from the tokens' byte lengths (``RankBpe.starts``) when that mapping is the
+identity: the span is unchanged by NFC and the post-processor does not trim offsets (none,
+``TemplateProcessing``, ``ByteLevel(trim_offsets=False)``).  Otherwise (a span NFC changes, a span
+holding a token only the library's whole-word shortcut gives, a trimming post-processor, the HF
+backend) the starts are the library's, from one ``encode_batch`` call.
+
 The backend is given spans only, so it must not find non-normalized added tokens in them
 again.  Without ``lstrip``/``rstrip``/``single_word`` flags it cannot (a span holds no occurrence
 that is kept: the leftmost scan would have found it, and a scan of the span alone starts where
@@ -198,6 +208,22 @@ def _private_copy(backend, split_special_tokens: bool, *, hide: str = "none"):
     return copy
 
 
+def _keeps_offsets(backend) -> bool:
+    """True when the post-processor leaves the model's offsets as they are: none, ``TemplateProcessing``
+    or ``ByteLevel(trim_offsets=False)`` (a ``Sequence`` of those); trimming moves a start past whitespace."""
+
+    def keeps(node: Any) -> bool:
+        if node is None:
+            return True
+        kind = node.get("type")
+        if kind == "Sequence":
+            return all(keeps(step) for step in node.get("processors") or [])
+        return kind == "TemplateProcessing" or (kind == "ByteLevel" and not node.get("trim_offsets"))
+
+    processor = backend.post_processor
+    return keeps(None if processor is None else json.loads(processor.__getstate__()))
+
+
 def _requested_backend(backend: str | None) -> str:
     """``"auto"`` or ``"hf"``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
     choice = backend or os.environ.get("RLLM_RENDERERS_ENCODER") or "auto"
@@ -274,10 +300,11 @@ class TextEncoder:
     to the tokenizer after construction are not seen: build a new encoder then.
 
     ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
-    ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`, and why
-    tiktoken was not chosen in :attr:`backend_reason`.  ``span_cache_size``: how many span
-    encodings to keep (0: none).  Encoding never touches the caller's tokenizer object: it uses
-    private copies, so other threads may pad or truncate with that tokenizer meanwhile.
+    ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`; why
+    tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.
+    ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the
+    caller's tokenizer object: it uses private copies, so other threads may pad or truncate with
+    that tokenizer meanwhile.
     """
 
     def __init__(self, tokenizer: Any, *, backend: str | None = None, span_cache_size: int = 256):
@@ -322,6 +349,9 @@ class TextEncoder:
             self._rank_bpe, self.backend_reason = rank_bpe_plan(shared)
         #: ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
         self.backend = "tiktoken" if self._rank_bpe is not None else "hf"
+        # Token starts computed from byte lengths are the library's offsets unless its post-processor
+        # trims them (module docstring, "Offsets").
+        self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
 
     # ------------------------------------------------------------------ public API
 
@@ -339,8 +369,9 @@ class TextEncoder:
         """Token ids plus, per token, the index in ``text`` of the character where the token starts.
 
         An added token starts where its match starts (including whitespace absorbed by
-        ``lstrip``); a token of a span starts where the tokenizer's offsets say, shifted by the
-        span's start.  Starts never decrease.
+        ``lstrip``); a token of a span starts where the tokenizer's offsets say (computed from byte
+        lengths where that is the same; module docstring, "Offsets"), shifted by the span's start.
+        Starts never decrease.
         """
         ids, starts = self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
         return ids, starts
@@ -441,22 +472,45 @@ class TextEncoder:
 
     def _encode_spans(self, spans: list[str], with_offsets: bool, hide: str) -> list[tuple[list[int], list[int]]]:
         """Ids (and starts) of text spans that hold no added token to find, through the span cache."""
-        if with_offsets:
+        if with_offsets and not self._offsets_from_lengths:
             return self._hf_encode(spans, True, hide)
         kind = "tiktoken" if self._rank_bpe is not None else hide
         cache = self._cache
         results: list[Any] = [cache.get((kind, span)) for span in spans]
         missing = [index for index, ids in enumerate(results) if ids is None]
+        fresh_starts: dict[int, list[int] | None] = {}
         if missing:
             if self._rank_bpe is not None:
-                encode = self._rank_bpe.encode
-                fresh = [encode(spans[index]) for index in missing]
+                if with_offsets:  # one NFC per span for both
+                    pairs = [self._rank_bpe.encode_with_starts(spans[index]) for index in missing]
+                    fresh = [ids for ids, _ in pairs]
+                    fresh_starts = {index: starts for index, (_, starts) in zip(missing, pairs)}
+                else:
+                    encode = self._rank_bpe.encode
+                    fresh = [encode(spans[index]) for index in missing]
+                refused = [at for at, ids in enumerate(fresh) if ids is None]  # shortcut-only tokens: HF's
+                if refused:
+                    library = self._hf_encode([spans[missing[at]] for at in refused], False, hide)
+                    for at, (ids, _) in zip(refused, library):
+                        fresh[at] = ids
             else:
                 fresh = [ids for ids, _ in self._hf_encode([spans[index] for index in missing], False, hide)]
             for index, ids in zip(missing, fresh):
                 results[index] = ids
                 cache.put((kind, spans[index]), ids)
-        return [(ids, []) for ids in results]
+        if not with_offsets:
+            return [(ids, []) for ids in results]
+        # Starts from the tokens' byte lengths (RankBpe.starts), where they are the library's.
+        starts_of = self._rank_bpe.starts
+        encoded = [
+            (ids, fresh_starts[index] if index in fresh_starts else starts_of(span, ids))
+            for index, (span, ids) in enumerate(zip(spans, results))
+        ]
+        redo = [index for index, (_, starts) in enumerate(encoded) if starts is None]
+        if redo:
+            for index, pair in zip(redo, self._hf_encode([spans[index] for index in redo], True, hide)):
+                encoded[index] = pair
+        return encoded
 
     def _encode(
         self, texts: list[str], with_offsets: bool, plain_ranges: list[Sequence[tuple[int, int]] | None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ from rllm_renderers.tokenization import TextEncoder, text_encoder_for  # noqa: E
 from tests.test_tokenization import CORPUS, PROFILE, chat_like_text  # noqa: E402
 
 SYNTHETIC = ["synthetic/minimax_m3", "synthetic/glm5", "synthetic/kimi_k27_code", "synthetic/gemma4"]
-ALL_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "dsv3", "dsv4", "gemma3", "gptoss", "llama31", *SYNTHETIC]
+# "qwen35-file": Qwen3.5's tokenizer.json as written (ignore_merges on), not rebuilt by transformers.
+ALL_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "qwen35-file", "dsv3", "dsv4", "gemma3", "gptoss", "llama31", *SYNTHETIC]
 
 # Which backend the proof must pick: a test that silently fell back to HF everywhere would pass
 # every equality check, so the choice itself is asserted.
@@ -41,7 +43,8 @@ EXPECTED_BACKEND = {
     "gptoss": "tiktoken",  # every split of a token is a merge, with the whole-word shortcut
     "llama31": "tiktoken",
     **{name: "tiktoken" for name in SYNTHETIC},
-    "qwen35": "hf",  # 83 vocabulary tokens no merge makes, and the whole-word shortcut could give them
+    "qwen35": "tiktoken",  # 201 tokens the rebuilt tokenizer never gives, left out of the ranks
+    "qwen35-file": "tiktoken",  # 83 tokens only the whole-word shortcut gives: their spans go to HF
     "gemma3": "hf",  # not byte-level
 }
 
@@ -61,10 +64,28 @@ def _tokenizer_dir(name: str) -> Path:
     return path
 
 
+def _load(name: str):
+    """The corpus tokenizer as transformers loads it; ``<dir>-file``: its tokenizer.json as written."""
+    if name.endswith("-file"):
+        from transformers import PreTrainedTokenizerFast
+
+        path = _tokenizer_dir(name[: -len("-file")]) / "tokenizer.json"
+        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
+    return load_tokenizer(_tokenizer_dir(name))
+
+
+# Words of Qwen3.5's vocabulary that no merge makes or that its merges do not reach from their own
+# bytes: the tokenizer transformers rebuilds never gives them; the file's whole-word shortcut gives all.
+QWEN35_LEFT_OUT = [
+    *["加拿大", " Japón", "anjutnya", " terdapat", " obchod", "سبب", " явля"],  # no merge makes them
+    *["yarakat", " selanjutnya", " факт", " Kaffee", "俱乐部的", " möglichen", " çeşitli"],  # not reached
+]
+
+
 @pytest.fixture(scope="module", params=ALL_TOKENIZERS)
 def both(request):
     """(name, HF tokenizer, auto encoder, HF-forced encoder)."""
-    tokenizer = load_tokenizer(_tokenizer_dir(request.param))
+    tokenizer = _load(request.param)
     return request.param, tokenizer, TextEncoder(tokenizer), TextEncoder(tokenizer, backend="hf")
 
 
@@ -74,15 +95,27 @@ WHITESPACE = st.text(alphabet=" \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2003\u2028\u
 DIGITS = st.text(alphabet="0123456789٠١٢٣४५๖൭¹²½Ⅻ", min_size=1, max_size=12)
 CJK_EMOJI = st.text(alphabet=st.sampled_from(list("中文字日本語のテキストカタカナ한국어ㄱ😀👍🏽🇫🇷👨‍👩‍👧✨🧑🏿‍💻")), min_size=1, max_size=10)
 COMBINING = st.text(alphabet=st.sampled_from(list("aeoAEOnN\u0301\u0308\u0327\u030a\u0323\u20dd\u0489ก\u0e31\u0e49")), min_size=1, max_size=8)
+# Text NFC changes: decomposed letters, singletons (Ohm, Angstrom, CJK compatibility), reordered marks.
+NFC_CHANGING = st.text(
+    alphabet=st.sampled_from(list("e\u0301A\u030aa\u0323\u0302\u2126\u212b\u0344\uf900\u1100\u1161\u11a8\u0e38\u0eba")),
+    min_size=1,
+    max_size=8,
+)
 ANY_UNICODE = st.text(min_size=0, max_size=60)  # no surrogates (tokenizers refuses them)
 CODEISH = st.text(alphabet=st.sampled_from(list("=-*/#_.~+<>|\\!?:;,'\"`^%$@&()[]{}")), min_size=1, max_size=30)
 
 
-def adversarial(added: list[str]) -> st.SearchStrategy[str]:
+def adversarial(added: list[str], shortcut_only: tuple[str, ...] = ()) -> st.SearchStrategy[str]:
     look_alikes = st.sampled_from(added or ["<|x|>"]).flatmap(
         lambda token: st.sampled_from([token, token[:-1], token[1:], token.upper(), token + token, " " + token + " "])
     )
-    part = st.one_of(WHITESPACE, DIGITS, CJK_EMOJI, COMBINING, ANY_UNICODE, CODEISH, look_alikes, chat_like_text(added))
+    left_out = st.sampled_from(sorted({*QWEN35_LEFT_OUT, *shortcut_only})).flatmap(
+        lambda word: st.sampled_from([word, word[:-1], word[1:], word.strip(), "x" + word, word + word, word + "!"])
+    )
+    part = st.one_of(
+        WHITESPACE, DIGITS, CJK_EMOJI, COMBINING, NFC_CHANGING, ANY_UNICODE, CODEISH, look_alikes, left_out,
+        chat_like_text(added),
+    )
     return st.lists(part, max_size=10).map("".join)
 
 
@@ -92,17 +125,22 @@ def test_backend_choice_is_the_expected_one(both):
     assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
     if auto.backend == "hf":
         assert auto.backend_reason  # says why
+    # Offsets from byte lengths wherever tiktoken encodes (no corpus tokenizer trims offsets).
+    assert auto._offsets_from_lengths == (auto.backend == "tiktoken")
 
 
 @settings(PROFILE, max_examples=200, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_both_backends_equal_tokenizer_encode(both, data):
     name, tokenizer, auto, forced = both
-    text = data.draw(adversarial(sorted(auto.added_token_strings)), label="text")
+    shortcut_only = auto._rank_bpe.shortcut_only if auto._rank_bpe is not None else ()
+    text = data.draw(adversarial(sorted(auto.added_token_strings), shortcut_only), label="text")
     want = tokenizer.encode(text, add_special_tokens=False)
     assert auto.encode(text) == want, name
     assert forced.encode(text) == want, name
-    assert auto.encode_with_offsets(text)[0] == want, name
+    # Offsets: both backends give the library's starts (for the whole text in one piece).
+    whole = [start for start, _ in tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
+    assert auto.encode_with_offsets(text) == forced.encode_with_offsets(text) == (want, whole), name
 
 
 @settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -188,17 +226,91 @@ def test_proof_accepts_a_trained_style_bpe_and_matches_it():
         assert plan.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids
 
 
-@pytest.mark.parametrize(
-    "merges, tokens, why",
-    [
-        ([("a", "b"), ("b", "c"), ("ab", "c")], ("ab", "abc", "bc"), "makes token"),  # ids out of merge order
-        ([("b", "c"), ("a", "b"), ("ab", "c")], ("bc", "ab", "abc"), "not reached"),  # "abc": [a, bc] stops
-    ],
-)
-def test_proof_refuses_what_it_cannot_prove(merges, tokens, why):
-    vocab = _with(_byte_vocab(), *tokens)  # ids 256, 257, ... in the order given
-    plan, reason = _plan(_bpe_json(vocab, merges))
-    assert plan is None and why in reason, reason
+def test_proof_refuses_what_it_cannot_prove():
+    vocab = _with(_byte_vocab(), "ab", "abc", "bc")  # ids 256, 257, 258
+    plan, reason = _plan(_bpe_json(vocab, [("a", "b"), ("b", "c"), ("ab", "c")]))  # ids out of merge order
+    assert plan is None and "makes token" in reason, reason
+
+
+LEFT_OUT_TEXTS = ["abc", "abcd", "xabc", "abc abc", "abcabc", "bcab", "d", "abd", "ab", "bc", "cd", "  abc\n", "dabcd"]
+
+
+@pytest.mark.parametrize("ignore_merges", [False, True])
+def test_tokens_the_merge_loop_never_makes_are_left_out(ignore_merges, monkeypatch):
+    """"abc" is made by no merge reachable from its bytes ([a, bc] stops) and "d" by no merge at all:
+    the merge loop never gives them, tiktoken must not either (left out of its ranks); with the
+    whole-word shortcut the library gives them for a word equal to them, so such spans go to HF."""
+    vocab = _with(_byte_vocab(), "bc", "ab", "abc", "cd", "dd")  # ids 256..260; "dd" made by no merge
+    data = _bpe_json(vocab, [("b", "c"), ("a", "b"), ("ab", "c"), ("c", "d")], ignore_merges=ignore_merges)
+    plan, reason = _plan(data)
+    assert plan is not None, reason
+    assert b"abc" not in plan.ranks and b"dd" not in plan.ranks and plan.ranks[b"bc"] == 256
+    assert plan.left_out == 2
+    assert plan.shortcut_only == (("abc", "dd") if ignore_merges else ())
+    assert ("given only by the whole-word shortcut" if ignore_merges else "left out of the ranks") in reason
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    encoder = TextEncoder(tokenizer)
+    assert encoder.backend == "tiktoken"
+    texts = LEFT_OUT_TEXTS + ["dd", "add", "dd dd", "ddd"]
+    assert [encoder.encode(text) for text in texts] == [tokenizer.encode(text).ids for text in texts]
+    assert (tokenizer.encode("abc").ids == [vocab["abc"]]) is ignore_merges  # the shortcut, or [a, bc]
+    for text in texts:
+        ids = plan.encode(text)
+        if ignore_merges and ("abc" in text or "dd" in text):
+            assert ids is None, text  # the library's to encode
+        else:
+            assert ids == tokenizer.encode(text).ids, text
+    fast_encoder._PLANS.clear()  # a new process: the same plan from the remembered marker
+    monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
+    again, again_reason = _plan(data)
+    assert (again.ranks, again.shortcut_only, again.left_out, again_reason) == (
+        plan.ranks, plan.shortcut_only, plan.left_out, reason)  # fmt: skip
+    assert [again.encode(text) for text in texts] == [plan.encode(text) for text in texts]
+
+
+@pytest.mark.parametrize("name", ["qwen35", "qwen35-file"])
+def test_qwen35_words_only_the_shortcut_gives(name):
+    """Qwen3.5 as transformers rebuilds it (no whole-word shortcut): 201 tokens are never given, and
+    left out of the ranks (token 170315 "yarakat" is [88, 26980, 266]).  The file as written (the
+    shortcut on, merges closed): the 83 tokens no merge makes are given for a word equal to one,
+    so a span containing one goes to HF."""
+    tokenizer = _load(name)
+    encoder = TextEncoder(tokenizer)
+    plan = encoder._rank_bpe
+    assert encoder.backend == "tiktoken" and plan is not None, encoder.backend_reason
+    if name == "qwen35":
+        assert (plan.left_out, plan.shortcut_only) == (201, ())
+        assert b"yarakat" not in plan.ranks and "加拿大".encode() not in plan.ranks
+        assert tokenizer.encode("yarakat", add_special_tokens=False) == [88, 26980, 266]
+    else:
+        assert plan.left_out == len(plan.shortcut_only) == 83 and "加拿大" in plan.shortcut_only
+        assert plan.ranks[b"yarakat"] == 170315  # a product: the shortcut gives it in both
+        assert plan.encode("加拿大") is None and plan.encode("see 加拿大!") is None
+        assert tokenizer.encode("加拿大", add_special_tokens=False) == [108918]
+    contexts = ("{}", "x{}", "{}{}", "the{}. ", "<|im_start|>user\n{}<|im_end|>")
+    texts = [context.format(word, word) for word in QWEN35_LEFT_OUT for context in contexts]
+    texts += [word.strip() for word in QWEN35_LEFT_OUT] + [word[:-1] for word in QWEN35_LEFT_OUT]
+    want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    assert [encoder.encode(text) for text in texts] == want
+    assert [encoder.encode_with_offsets(text)[0] for text in texts] == [encoder.encode(text) for text in texts]
+    # Without the guard (left-out tokens put back in the ranks, or no search) tiktoken is wrong.
+    put_back = {**plan.ranks, b"yarakat": 170315, "加拿大".encode(): 108918}
+    unguarded = fast_encoder.RankBpe(plan.pattern, plan.stages, plan.nfc, put_back)
+    wrong = [text for text, ids in zip(texts, want) if unguarded.encode(text) != ids]
+    assert wrong, "the left-out tokens made no difference: the test proves nothing"
+
+
+def test_without_the_left_out_tokens_tiktoken_would_differ():
+    """The guard is needed: the same plan with "abc" back in the ranks (or without the search) is wrong."""
+    vocab = _with(_byte_vocab(), "bc", "ab", "abc")
+    for ignore_merges in (False, True):
+        data = _bpe_json(vocab, [("b", "c"), ("a", "b"), ("ab", "c")], ignore_merges=ignore_merges)
+        plan = _plan(data)[0]
+        tokenizer = Tokenizer.from_str(json.dumps(data))
+        unguarded = fast_encoder.RankBpe(plan.pattern, plan.stages, plan.nfc, {**plan.ranks, b"abc": vocab["abc"]})
+        assert any(unguarded.encode(text) != tokenizer.encode(text).ids for text in ("abc", "xabc"))
+        searchless = fast_encoder.RankBpe(plan.pattern, plan.stages, plan.nfc, plan.ranks)
+        assert (searchless.encode("abc") != tokenizer.encode("abc").ids) is ignore_merges
 
 
 @pytest.mark.parametrize(
@@ -271,7 +383,7 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     markers = list((tmp_path / "rank_bpe_proofs").iterdir())
     assert len(markers) == 1 and markers[0].read_text().splitlines()[0] == "proved"
     fast_encoder._PLANS.clear()  # a new process: the plan comes from the marker, not from the JSON
-    monkeypatch.setattr(fast_encoder, "_check_reachable", lambda *args: pytest.fail("proved again"))
+    monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
     remembered = _plan(data)[0]
     assert (remembered.pattern, remembered.stages, remembered.nfc, remembered.ranks) == (
         plan.pattern, plan.stages, plan.nfc, plan.ranks)  # fmt: skip
@@ -283,7 +395,7 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     assert _plan(data)[0].ranks == plan.ranks
     assert len(markers[0].read_text().splitlines()) > 250
 
-    refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("b", "c"), ("a", "b"), ("ab", "c")])
+    refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("a", "b"), ("b", "c"), ("ab", "c")])
     reason = _plan(refused)[1]
     assert any(marker.read_text().startswith("refused: ") for marker in (tmp_path / "rank_bpe_proofs").iterdir())
     fast_encoder._PLANS.clear()  # a new process: the marker gives the same verdict without the BPE run
@@ -394,3 +506,76 @@ def test_plain_ranges_hide_added_tokens_only_inside(name):
     at = harmless.index("plain")
     assert encoder.encode(harmless, plain_ranges=[(at, at + 11)]) == encoder.encode(harmless)
     assert encoder.encode(text, plain_ranges=[]) == encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+
+
+# ---------------------------------------------------------------------------- offsets without HF
+
+OFFSET_TEXTS = [
+    "plain ascii words, digits 12345 and   runs of\n\n\twhitespace  ",
+    "中文字 日本語のテキスト 한국어 ㄱ",  # CJK: tokens that start inside a character (byte pieces)
+    "emoji 😀👍🏽🇫🇷👨‍👩‍👧 ✨🧑🏿‍💻 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𠀀𠀁",  # 4-byte characters, ZWJ sequences
+    "precomposed é Å ñ and marks a\u0323\u0302 \u20dd",  # NFC leaves these alone
+    "decomposed e\u0301 A\u030a \u2126 \u212b \uf900",  # NFC changes these: the library's offsets
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen35", "qwen35-file", "dsv3", "gptoss", "llama31", "synthetic/glm5"])
+def test_offsets_from_byte_lengths_equal_the_library(name, monkeypatch):
+    """Every text, in every added-token context: the starts of ``encode_with_offsets`` are the library's,
+    and spans NFC leaves alone never call the library."""
+    tokenizer = _load(name)
+    encoder = TextEncoder(tokenizer, span_cache_size=0)
+    forced = TextEncoder(tokenizer, backend="hf")
+    assert encoder._offsets_from_lengths
+    marker = max(encoder.added_token_strings, key=len)
+    texts = [text for body in OFFSET_TEXTS for text in (body, f"{marker}{body}{marker}", body[::-1], body * 3)]
+    texts += [" " * n + "x" for n in range(1, 5)] + ["\n" * 7, "", "😀", "a😀", "😀😀😀a"]
+    texts += QWEN35_LEFT_OUT + [f"{word}:{word}" for word in QWEN35_LEFT_OUT]
+    for text in texts:
+        whole = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+        assert encoder.encode_with_offsets(text) == forced.encode_with_offsets(text) == (
+            whole.ids, [start for start, _ in whole.offsets]), (name, text)  # fmt: skip
+
+    calls = []
+    real = encoder._hf_encode
+    monkeypatch.setattr(encoder, "_hf_encode", lambda spans, *rest: calls.append(spans) or real(spans, *rest))
+    nfc_unchanged = [text for text in texts if unicodedata.normalize("NFC", text) == text]
+    shortcut_only = encoder._rank_bpe.shortcut_only
+    nfc_unchanged = [text for text in nfc_unchanged if not any(word in text for word in shortcut_only)]
+    for text in nfc_unchanged:
+        encoder.encode_with_offsets(text)
+    assert not calls, calls[:3]
+    changed = "decomposed e\u0301"
+    assert encoder.encode_with_offsets(changed) == forced.encode_with_offsets(changed)
+    assert calls == ([[changed]] if encoder._rank_bpe.nfc else [])  # without NFC nothing is changed
+
+
+def test_trimmed_offsets_are_left_to_the_library():
+    """A ByteLevel post-processor that trims offsets moves a token's start past its leading space: the
+    byte-length starts would be wrong, so the encoder asks the library."""
+    data = json.loads(Tokenizer.from_file(str(_tokenizer_dir("qwen3") / "tokenizer.json")).to_str())
+    data["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    encoder = TextEncoder(tokenizer)
+    assert encoder.backend == "tiktoken" and not encoder._offsets_from_lengths
+    text = "hello   world, again <|im_end|> more"
+    whole = tokenizer.encode(text, add_special_tokens=False)
+    library = [start for start, _ in whole.offsets]
+    assert encoder.encode_with_offsets(text) == (whole.ids, library)
+    span = "hello   world, again "
+    assert encoder._rank_bpe.starts(span, encoder.encode(span)) != library[: len(encoder.encode(span))]
+
+
+def test_nfc_inert_spans_are_unchanged_by_the_library_nfc():
+    """The shortcut that skips the library's NFC: every code point, alone and next to a letter, a
+    combining mark, a Hangul jamo and itself; whenever it says inert, the library's NFC agrees."""
+    from tokenizers.normalizers import NFC
+
+    nfc = NFC().normalize_str
+    code_points = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c <= 0xDFFF]
+    contexts = ("{}", "a{}", "{}\u0301", "\u1100{}", "{}{}", "{}\u0bbe")
+    texts = [context.format(ch, ch) for ch in code_points for context in contexts]
+    inert = [text for text in texts if fast_encoder._nfc_inert(text)]
+    assert len(inert) > len(texts) // 4  # most text is inert: the shortcut is taken
+    assert [text for text in inert if nfc(text) != text] == []
+    assert not fast_encoder._nfc_inert("e\u0301") and not fast_encoder._nfc_inert("\u2126")
