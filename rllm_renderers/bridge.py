@@ -458,6 +458,8 @@ def bridged_tokens(
 ) -> RenderedTokens | None:
     """``prefix`` + the full rendering's text from ``suffix_start`` on, encoded after the close token.
 
+    ``prefix`` is a fresh list (prompt + kept completion) that the result takes over.
+
     The new tokens are attributed as ``render`` attributes them (message marks, content marks);
     the prefix, which the caller already holds with its own attribution, gets -1 / False. With
     ``control_token_safe``, new content of those roles is encoded as plain text, as ``render_ids``
@@ -480,12 +482,13 @@ def bridged_tokens(
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
     suffix_ids, suffix_offsets = ids[1:], offsets[1:]
     # Per-token lists as long as the whole prompt: each built by one fill and one in-place extend.
-    token_ids = prefix + suffix_ids
-    message_indices = [-1] * len(prefix)
+    token_ids = prefix  # the caller's fresh prompt + completion list
+    token_ids += suffix_ids
+    message_indices = [-1] * (len(token_ids) - len(suffix_ids))
     message_indices += new_message_indices(
         full.message_spans(part_starts), [shift + offset for offset in suffix_offsets], first_new
     )
-    is_content = [False] * len(prefix)
+    is_content = [False] * (len(token_ids) - len(suffix_ids))
     is_content += inside_ranges(suffix_offsets, in_suffix(full.content_ranges(part_starts)))
     return RenderedTokens(
         token_ids=token_ids,
