@@ -120,6 +120,7 @@ class GeneratedRenderer(ABC):
             self.REASONING = with_special_tokens(self.REASONING, resolved)
             self.TOOL_CALLS = with_special_tokens(self.TOOL_CALLS, resolved)
         self._encoder = None
+        self._parse_cache: tuple | None = None  # (encoder, stop ids, detokenizer): see _parse_facts
         self._generation_prompt: str | None = None
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
@@ -161,6 +162,7 @@ class GeneratedRenderer(ABC):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_encoder"] = None
+        state["_parse_cache"] = None
         state["_generation_prompt"] = None
         state["prompt_histories"] = PromptHistories()
         return state
@@ -520,11 +522,18 @@ class GeneratedRenderer(ABC):
         """
         ids = as_token_ids(token_ids)
         prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
-        stop_ids = set(self.get_stop_token_ids())
-        end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
-        stop = self.decode([ids[end]]) if end < len(ids) else None
+        stop_ids, detokenizer = self._parse_facts()
+        end = len(ids)
+        for stop_id in stop_ids:  # the first stop token (list.index runs in C)
+            try:
+                end = ids.index(stop_id, 0, end)
+            except ValueError:
+                continue
+        decode = detokenizer.decode if detokenizer is not None else self.decode
+        stop = decode([ids[end]]) if end < len(ids) else None
         ids = ids[:end]
-        text = self.decode(ids)
+        decoded = detokenizer.decoded(ids) if detokenizer is not None else None
+        text = decoded.text if decoded is not None else self.decode(ids)
         text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
         stop = text_stop or stop
         if self.TURN is not None and stop:
@@ -539,7 +548,7 @@ class GeneratedRenderer(ABC):
         lead = self.TURN.content_lead
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
-        prompt_tail = self.decode(prompt[-64:]) if prompt else self.generation_prompt()
+        prompt_tail = decode(prompt[-64:]) if prompt else self.generation_prompt()
         parsed = parse_text(
             text,
             reasoning=self.REASONING,
@@ -547,13 +556,30 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
             tools=tools,
         )
-        token_at = char_to_token(self.decode, ids, 2 * len(parsed.calls))
+        if not parsed.calls:
+            token_at = None
+        elif decoded is not None:
+            token_at = decoded.token_at
+        else:
+            token_at = char_to_token(self.decode, ids)
 
         def token_span(start: int, stop: int) -> tuple[int, int]:
             first = token_at(start + skipped)
             return first, token_at(stop + skipped, first)
 
         return self._result(to_parsed_response(parsed, token_span))
+
+    def _parse_facts(self) -> tuple[tuple[int, ...], Any]:
+        """The stop token ids and the byte-table detokenizer (None: decode with the tokenizer) of
+        the current encoder, worked out once per encoder."""
+        encoder = self.encoder
+        facts = getattr(self, "_parse_cache", None)
+        if facts is None or facts[0] is not encoder:
+            from .detokenize import detokenizer_for
+
+            detokenizer, _ = detokenizer_for(self.tokenizer)
+            facts = self._parse_cache = (encoder, tuple(dict.fromkeys(self.get_stop_token_ids())), detokenizer)
+        return facts[1], facts[2]
 
     def _result(self, result: Any) -> Any:
         """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""

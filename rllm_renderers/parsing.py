@@ -15,6 +15,7 @@ import operator
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from .formats import ReasoningFormat, ToolCallFormat
@@ -350,40 +351,31 @@ def decoded_prefix_lengths(decode: Callable[[Sequence[int]], str], ids: list[int
 
 
 def token_index_at(lengths: list[int], char: int) -> int:
-    """The smallest ``k`` whose prefix ``ids[:k]`` has produced ``char`` characters."""
-    return min(bisect_left(lengths, char), len(lengths) - 1)
+    """The smallest ``k`` whose prefix ``ids[:k]`` has produced ``char`` characters (the last
+    index when none has).
 
-
-def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int], boundaries: int) -> Callable[..., int]:
-    """``char -> token_index_at(decoded_prefix_lengths(decode, ids), char)``, computed the cheap way
-    (``low``: a token index known not to exceed the answer).
-
-    For a few boundaries in a long completion (one or two tool calls), a binary search over
-    prefix decodes; for many (a looping rollout with hundreds of calls) one linear pass
-    (:func:`decoded_prefix_lengths`), so parsing stays linear either way.
+    ``lengths`` (from :func:`decoded_prefix_lengths`) need not grow: a SentencePiece
+    ``ByteFallback`` decoder turns a whole run of byte tokens into U+FFFDs once a token leaves
+    the run invalid, so a prefix can show fewer characters than a shorter one.  The running
+    maximum grows, and reaches ``char`` first where ``lengths`` does.
     """
-    count = len(ids)
-    if 2 * boundaries * (count + 1).bit_length() >= count:
-        lengths = decoded_prefix_lengths(decode, ids)
-        return lambda char, low=0: token_index_at(lengths, char)
-    known: dict[int, int] = {}
+    return min(bisect_left(list(accumulate(lengths, max)), char), len(lengths) - 1)
 
-    def length(k: int) -> int:
-        if k not in known:
-            known[k] = len(decode(ids[:k]).rstrip("\ufffd"))
-        return known[k]
 
-    def index(char: int, low: int = 0) -> int:
-        high = count
-        while low < high:
-            middle = (low + high) // 2
-            if length(middle) >= char:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int]) -> Callable[..., int]:
+    """``char -> token_index_at(decoded_prefix_lengths(decode, ids), char)`` (a second argument,
+    a lower bound of the answer, is accepted and not needed).
 
-    return index
+    The prefix-decoding way, for tokenizers without a byte table
+    (:mod:`rllm_renderers.detokenize`): one linear pass of windowed decodes, then a binary search
+    per character over the running maximum.  A binary search over prefix decodes would decode
+    less for a few tool calls, but is wrong where the lengths do not grow (see
+    :func:`token_index_at`).
+    """
+    lengths = decoded_prefix_lengths(decode, ids)
+    maxima = list(accumulate(lengths, max))
+    last = len(lengths) - 1
+    return lambda char, low=0: min(bisect_left(maxima, char), last)
 
 
 def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
