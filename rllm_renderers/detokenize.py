@@ -22,11 +22,12 @@ tokenizer; otherwise it returns None with the reason, and the caller decodes pre
 library (exact, slower): SentencePiece-style decoders (``Metaspace``, ``Replace`` + ``ByteFallback``
 + ``Fuse`` as in Gemma) do not decode token by token.
 
-Character counts of prefixes (``len(decode(ids[:k]).rstrip("\\ufffd"))``, the definition the
-parser uses: a trailing incomplete character does not count) come from the same table: when the
-joined bytes are valid UTF-8 without U+FFFD, a prefix of ``B`` bytes holds one character per
-UTF-8 lead byte before ``B``, less the character ``B`` cuts (when ``B`` falls on a continuation
-byte); otherwise an incremental UTF-8 decoder replays the bytes token by token.
+The token that completes character ``c`` (the smallest ``k`` with
+``len(decode(ids[:k]).rstrip("\ufffd")) >= c``, the definition the parser uses: a trailing
+incomplete character does not count) comes from the same table: when the joined bytes are valid
+UTF-8 without U+FFFD, prefix ``k`` has produced ``c`` characters exactly when its byte length
+reaches the UTF-8 length of the text's first ``c`` characters, a bisection over the tokens' byte
+offsets; otherwise an incremental UTF-8 decoder replays the bytes token by token.
 """
 
 from __future__ import annotations
@@ -70,70 +71,37 @@ class _ByteTable(dict):
         return data
 
 
-class _LeadCounts(dict):
-    """id -> how many UTF-8 lead (non-continuation) bytes the id's bytes hold."""
-
-    def __init__(self, table: _ByteTable):
-        super().__init__()
-        self._table = table
-
-    def __missing__(self, id_: int) -> int:
-        data = self._table[id_]
-        count = len(data) - sum(1 for byte in data if 0x80 <= byte < 0xC0)
-        self[id_] = count
-        return count
-
-
 class DecodedIds:
     """The text of ``ids`` and, on demand, the token where each character is complete."""
 
-    __slots__ = ("ids", "text", "_pieces", "_joined", "_detokenizer", "_length")
+    __slots__ = ("ids", "text", "_pieces", "_offsets", "_lengths")
 
-    def __init__(self, detokenizer: "Detokenizer", ids: list[int]):
+    def __init__(self, table: _ByteTable, ids: list[int]):
         self.ids = ids
-        self._detokenizer = detokenizer
-        self._pieces = pieces = list(map(detokenizer._table.__getitem__, ids))
-        self._joined = joined = b"".join(pieces)
+        self._pieces = pieces = list(map(table.__getitem__, ids))
         #: ``decode(ids)``, exactly as the tokenizer gives it.
-        self.text = joined.decode("utf-8", "replace")
-        self._length = None
-
-    def prefix_lengths(self) -> list[int]:
-        """``[len(decode(ids[:k]).rstrip("\\ufffd")) for k in range(len(ids) + 1)]`` in linear time."""
-        length = self._prefix_length()
-        return [length(k) for k in range(len(self.ids) + 1)]
+        self.text = b"".join(pieces).decode("utf-8", "replace")
+        self._offsets: list[int] | None = None  # byte offset of each prefix (valid UTF-8 text)
+        self._lengths: list[int] | None = None  # character count of each prefix (otherwise)
 
     def token_at(self, char: int, low: int = 0) -> int:
         """The smallest ``k >= low`` whose prefix ``ids[:k]`` decodes to at least ``char``
-        characters (``len(ids)`` when none does); ``low`` must not exceed the answer."""
-        length = self._length or self._prefix_length()
-        high = len(self.ids)
-        while low < high:
-            middle = (low + high) // 2
-            if length(middle) >= char:
-                high = middle
+        characters, not counting a trailing U+FFFD (``len(ids)`` when none does); ``low`` must
+        not exceed the answer."""
+        if self._offsets is None and self._lengths is None:
+            if _REPLACEMENT in self.text:  # invalid bytes or a literal U+FFFD: replay them exactly
+                self._lengths = _replayed_lengths(self._pieces)
             else:
-                low = middle + 1
-        return low
-
-    def _prefix_length(self):
-        """``k -> len(decode(ids[:k]).rstrip("\\ufffd"))``, built once per completion."""
-        if _REPLACEMENT in self.text:  # invalid bytes or a literal U+FFFD: replay them exactly
-            lengths = _replayed_lengths(self._pieces)
-            self._length = lengths.__getitem__
-            return self._length
-        # Valid UTF-8 without U+FFFD: a prefix of B bytes holds one character per lead byte before
-        # B, less the one B cuts in two (B on a continuation byte).
-        joined, size = self._joined, len(self._joined)
-        offsets = list(accumulate(map(len, self._pieces), initial=0))
-        leads = list(accumulate(map(self._detokenizer._leads.__getitem__, self.ids), initial=0))
-
-        def length(k: int) -> int:
-            at = offsets[k]
-            return leads[k] - (at < size and 0x80 <= joined[at] < 0xC0)
-
-        self._length = length
-        return length
+                self._offsets = list(accumulate(map(len, self._pieces), initial=0))
+        if self._lengths is not None:
+            return min(bisect_left(self._lengths, char, low), len(self.ids))
+        # Valid UTF-8 without U+FFFD: a prefix has produced ``char`` characters once it holds
+        # their bytes (a character cut in two by the prefix's end is U+FFFD, stripped).
+        text = self.text
+        if char > len(text):
+            return len(self.ids)
+        end = char if text.isascii() else len(text[:char].encode("utf-8"))
+        return bisect_left(self._offsets, end, low)
 
 
 def _replayed_lengths(pieces: list[bytes]) -> list[int]:
@@ -163,7 +131,6 @@ class Detokenizer:
     def __init__(self, backend: Any):
         self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self._table = _ByteTable(backend, self._vocab_size)
-        self._leads = _LeadCounts(self._table)
 
     def decode(self, ids: list[int]) -> str:
         """``tokenizer.decode(ids, skip_special_tokens=False)`` for a list of Python ints."""
@@ -171,7 +138,7 @@ class Detokenizer:
 
     def decoded(self, ids: list[int]) -> DecodedIds:
         """The text of ``ids`` with its character -> token mapping (:class:`DecodedIds`)."""
-        return DecodedIds(self, ids)
+        return DecodedIds(self._table, ids)
 
 
 def byte_level_decoder_reason(backend: Any) -> str | None:
@@ -192,8 +159,7 @@ def _probe(backend: Any, detokenizer: Detokenizer) -> str | None:
     """None when the table decodes like the library on every added token, each between the two
     halves of a split character (``é`` = C3 A9) and after a lone lead byte; else the first
     difference."""
-    vocab = backend.get_vocab(with_added_tokens=True)
-    halves = [vocab.get(piece) for piece in ("Ã", "©")]  # the ByteLevel spellings of bytes C3, A9
+    halves = [backend.token_to_id(piece) for piece in ("Ã", "©")]  # the ByteLevel spellings of bytes C3, A9
     halves = [id_ for id_ in halves if id_ is not None]
     added = sorted(backend.get_added_tokens_decoder())
     probes = [halves, halves[:1] + halves[:1] + halves[1:]]
