@@ -98,6 +98,8 @@ class DecodedIds:
         # Valid UTF-8 without U+FFFD: a prefix has produced ``char`` characters once it holds
         # their bytes (a character cut in two by the prefix's end is U+FFFD, stripped).
         text = self.text
+        if char <= 0:
+            return low
         if char > len(text):
             return len(self.ids)
         end = char if text.isascii() else len(text[:char].encode("utf-8"))

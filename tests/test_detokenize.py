@@ -146,6 +146,7 @@ def test_character_to_token_mapping_equals_prefix_decoding(name):
             assert decoded.text == text, ids
             assert [decoded.token_at(char) for char in chars] == expected, ids
             assert [decoded.token_at(char, expected[char]) for char in chars] == expected, ids
+            assert decoded.token_at(-1) == 0
             replayed += "\ufffd" in text
         # the parser's and the bridge's fallback (prefix decoding), every strategy
         assert decoded_prefix_lengths(encoder.decode, ids) == reference, ids
