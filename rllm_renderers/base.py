@@ -12,7 +12,7 @@ import bisect
 import json
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
@@ -120,7 +120,7 @@ class GeneratedRenderer(ABC):
             self.REASONING = with_special_tokens(self.REASONING, resolved)
             self.TOOL_CALLS = with_special_tokens(self.TOOL_CALLS, resolved)
         self._encoder = None
-        self._parse_cache: tuple | None = None  # (encoder, stop ids, detokenizer): see _parse_facts
+        self._parse_cache: _ParseFacts | None = None
         self._generation_prompt: str | None = None
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
@@ -522,19 +522,15 @@ class GeneratedRenderer(ABC):
         """
         ids = as_token_ids(token_ids)
         prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
-        stop_ids, detokenizer = self._parse_facts()
-        end = len(ids)
-        for stop_id in stop_ids:  # the first stop token (list.index runs in C)
-            try:
-                end = ids.index(stop_id, 0, end)
-            except ValueError:
-                continue
-        decode = detokenizer.decode if detokenizer is not None else self.decode
-        stop = decode([ids[end]]) if end < len(ids) else None
+        facts = self._parse_facts()
+        detokenizer = facts.detokenizer
+        # the first stop token (the scans run in C)
+        end = min([ids.index(stop_id) for stop_id in facts.stop_ids if stop_id in ids], default=len(ids))
+        stop = facts.stop_texts[ids[end]] if end < len(ids) else None
         ids = ids[:end]
         decoded = detokenizer.decoded(ids) if detokenizer is not None else None
         text = decoded.text if decoded is not None else self.decode(ids)
-        text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
+        text, text_stop = cut_at_stop_string(text, facts.stop_strings)
         stop = text_stop or stop
         if self.TURN is not None and stop:
             # the close's text before its stop (``\n`` of ``\n</assistant>``), or, when the next
@@ -548,12 +544,15 @@ class GeneratedRenderer(ABC):
         lead = self.TURN.content_lead
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
-        prompt_tail = decode(prompt[-64:]) if prompt else self.generation_prompt()
+        prefilled = False
+        if self.REASONING is not None and self.REASONING.open:
+            decode = detokenizer.decode if detokenizer is not None else self.decode
+            prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
         parsed = parse_text(
             text,
             reasoning=self.REASONING,
             tool_calls=self.TOOL_CALLS,
-            reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
+            reasoning_prefilled=prefilled,
             tools=tools,
         )
         if not parsed.calls:
@@ -569,17 +568,22 @@ class GeneratedRenderer(ABC):
 
         return self._result(to_parsed_response(parsed, token_span))
 
-    def _parse_facts(self) -> tuple[tuple[int, ...], Any]:
-        """The stop token ids and the byte-table detokenizer (None: decode with the tokenizer) of
-        the current encoder, worked out once per encoder."""
+    def _parse_facts(self) -> _ParseFacts:
+        """What parsing needs of the current encoder, worked out once per encoder."""
         encoder = self.encoder
         facts = getattr(self, "_parse_cache", None)
-        if facts is None or facts[0] is not encoder:
+        if facts is None or facts.encoder is not encoder:
             from .detokenize import detokenizer_for
 
-            detokenizer, _ = detokenizer_for(self.tokenizer)
-            facts = self._parse_cache = (encoder, tuple(dict.fromkeys(self.get_stop_token_ids())), detokenizer)
-        return facts[1], facts[2]
+            stop_ids = tuple(dict.fromkeys(self.get_stop_token_ids()))
+            facts = self._parse_cache = _ParseFacts(
+                encoder,
+                stop_ids,
+                {stop_id: self.decode([stop_id]) for stop_id in stop_ids},
+                self.get_stop_strings(),
+                detokenizer_for(self.tokenizer)[0],
+            )
+        return facts
 
     def _result(self, result: Any) -> Any:
         """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""
@@ -620,6 +624,16 @@ class GeneratedRenderer(ABC):
         return self._result(
             bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages)
         )
+
+
+class _ParseFacts(NamedTuple):
+    """What ``parse_response`` needs of a renderer's encoder (see ``_parse_facts``)."""
+
+    encoder: Any
+    stop_ids: tuple[int, ...]
+    stop_texts: dict[int, str]  # stop id -> its text
+    stop_strings: list[str]
+    detokenizer: Any  # a detokenize.Detokenizer, or None: decode with the tokenizer
 
 
 def rendering_position(out: RenderOutput, messages: list[Message]) -> str:

@@ -22,6 +22,7 @@ from .formats import ReasoningFormat, ToolCallFormat
 from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 _DECODER = json.JSONDecoder()
+_INT = frozenset((int,))
 
 
 @dataclass
@@ -303,6 +304,8 @@ def _strip_suffix(text: str, suffix: str) -> str:
 def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
     """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
     torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+    if type(token_ids) is list and set(map(type, token_ids)) <= _INT:  # the common case, checked in C
+        return token_ids
     if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
         raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
     if hasattr(token_ids, "tolist"):  # numpy / torch / array.array: one conversion to Python ints
@@ -310,7 +313,7 @@ def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
         if not isinstance(token_ids, list):  # a 0-d array
             raise ValueError(f"{what} must be a sequence of integers, got a scalar")
     ids = token_ids if type(token_ids) is list else list(token_ids)
-    if set(map(type, ids)) <= {int}:  # the common case, checked in C
+    if set(map(type, ids)) <= _INT:
         return ids
     checked = []
     for index, token in enumerate(ids):

@@ -220,10 +220,10 @@ def test_parse_response_is_unchanged_by_the_table(family, monkeypatch):
     completions = _tool_call_completions(with_table, random.Random(family.module))
     tools = [{"type": "function", "function": {"name": "step", "parameters": {"type": "object", "properties": {}}}}]
     fast = [with_table.parse_response(ids, tools=tools) for ids in completions]
-    used_table = with_table._parse_facts()[1] is not None
+    used_table = with_table._parse_facts().detokenizer is not None
     monkeypatch.setattr(detokenize, "detokenizer_for", lambda tokenizer: (None, "disabled by the test"))
     without_table = family.renderer_class(tokenizer)
-    assert without_table._parse_facts()[1] is None
+    assert without_table._parse_facts().detokenizer is None
     slow = [without_table.parse_response(ids, tools=tools) for ids in completions]
     assert fast == slow
     calls = sum(len(parsed.tool_calls) for parsed in fast)
