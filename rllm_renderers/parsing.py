@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from .formats import ReasoningFormat, ToolCallFormat
 from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 _DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\r\n]*")
 _INT = frozenset((int,))
 
 
@@ -156,8 +158,9 @@ def _parse_xml_arguments(
     types = _parameter_types(tools, name)
     while True:
         # a call without parameters may keep the blank line between its name and its end
-        if text.startswith(syntax.call_end, _skip_space(text, position)):
-            end = _skip_space(text, position) + len(syntax.call_end)
+        after_space = _skip_space(text, position)
+        if text.startswith(syntax.call_end, after_space):
+            end = after_space + len(syntax.call_end)
             return TextCall(text[start:end], start, end, name, arguments)
         if not text.startswith(syntax.parameter_start, position):
             status = ToolCallParseStatus.UNCLOSED_BLOCK if position >= len(text) else ToolCallParseStatus.MALFORMED_STRUCTURE
@@ -245,6 +248,8 @@ def _json_or_text(raw: str) -> Any:
 
 def _parameter_separator(text: str, key_at: int, syntax: ToolCallFormat) -> tuple[int, str]:
     """Where the parameter's key ends and the separator found there (the string or the JSON one)."""
+    if not syntax.parameter_value_json and syntax.parameter_value:  # one separator
+        return text.find(syntax.parameter_value, key_at), syntax.parameter_value
     found = [(text.find(separator, key_at), separator) for separator in (syntax.parameter_value, syntax.parameter_value_json)]
     found = [(at, separator) for at, separator in found if separator and at >= 0]
     return min(found, key=lambda item: (item[0], -len(item[1]))) if found else (-1, syntax.parameter_value)
@@ -292,9 +297,7 @@ def _skip(text: str, position: int, literal: str) -> int:
 
 
 def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position] in " \t\r\n":
-        position += 1
-    return position
+    return _SPACE.match(text, position).end()
 
 
 def _strip_suffix(text: str, suffix: str) -> str:
