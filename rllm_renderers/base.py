@@ -12,7 +12,7 @@ import bisect
 import json
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
@@ -120,6 +120,7 @@ class GeneratedRenderer(ABC):
             self.REASONING = with_special_tokens(self.REASONING, resolved)
             self.TOOL_CALLS = with_special_tokens(self.TOOL_CALLS, resolved)
         self._encoder = None
+        self._parse_cache: _ParseFacts | None = None
         self._generation_prompt: str | None = None
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
@@ -161,6 +162,7 @@ class GeneratedRenderer(ABC):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_encoder"] = None
+        state["_parse_cache"] = None
         state["_generation_prompt"] = None
         state["prompt_histories"] = PromptHistories()
         return state
@@ -515,12 +517,15 @@ class GeneratedRenderer(ABC):
         """
         ids = as_token_ids(token_ids)
         prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
-        stop_ids = set(self.get_stop_token_ids())
-        end = next((index for index, token in enumerate(ids) if token in stop_ids), len(ids))
-        stop = self.decode([ids[end]]) if end < len(ids) else None
+        facts = self._parse_facts()
+        detokenizer = facts.detokenizer
+        # the first stop token (the scans run in C)
+        end = min([ids.index(stop_id) for stop_id in facts.stop_ids if stop_id in ids], default=len(ids))
+        stop = facts.stop_texts[ids[end]] if end < len(ids) else None
         ids = ids[:end]
-        text = self.decode(ids)
-        text, text_stop = cut_at_stop_string(text, self.get_stop_strings())
+        decoded = detokenizer.decoded(ids) if detokenizer is not None else None
+        text = decoded.text if decoded is not None else self.decode(ids)
+        text, text_stop = cut_at_stop_string(text, facts.stop_strings)
         stop = text_stop or stop
         close_lead = ""
         if self.TURN is not None and stop:
@@ -536,22 +541,47 @@ class GeneratedRenderer(ABC):
         lead = self.TURN.content_lead
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
-        prompt_tail = self.decode(prompt[-64:]) if prompt else self.generation_prompt()
+        prefilled = False
+        if self.REASONING is not None and self.REASONING.open:
+            decode = detokenizer.decode if detokenizer is not None else self.decode
+            prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
         parsed = parse_text(
             text,
             reasoning=self.REASONING,
             tool_calls=self.TOOL_CALLS,
-            reasoning_prefilled=self._reasoning_prefilled(prompt_tail),
+            reasoning_prefilled=prefilled,
             tools=tools,
             close_lead=close_lead,
         )
-        token_at = char_to_token(self.decode, ids, 2 * len(parsed.calls))
+        if not parsed.calls:
+            token_at = None
+        elif decoded is not None:
+            token_at = decoded.token_at
+        else:
+            token_at = char_to_token(self.decode, ids)
 
         def token_span(start: int, stop: int) -> tuple[int, int]:
             first = token_at(start + skipped)
             return first, token_at(stop + skipped, first)
 
         return self._result(to_parsed_response(parsed, token_span))
+
+    def _parse_facts(self) -> _ParseFacts:
+        """What parsing needs of the current encoder, worked out once per encoder."""
+        encoder = self.encoder
+        facts = getattr(self, "_parse_cache", None)
+        if facts is None or facts.encoder is not encoder:
+            from .detokenize import detokenizer_for
+
+            stop_ids = tuple(dict.fromkeys(self.get_stop_token_ids()))
+            facts = self._parse_cache = _ParseFacts(
+                encoder,
+                stop_ids,
+                {stop_id: self.decode([stop_id]) for stop_id in stop_ids},
+                self.get_stop_strings(),
+                detokenizer_for(self.tokenizer)[0],
+            )
+        return facts
 
     def _result(self, result: Any) -> Any:
         """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""
@@ -592,6 +622,16 @@ class GeneratedRenderer(ABC):
         return self._result(
             bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages)
         )
+
+
+class _ParseFacts(NamedTuple):
+    """What ``parse_response`` needs of a renderer's encoder (see ``_parse_facts``)."""
+
+    encoder: Any
+    stop_ids: tuple[int, ...]
+    stop_texts: dict[int, str]  # stop id -> its text
+    stop_strings: list[str]
+    detokenizer: Any  # a detokenize.Detokenizer, or None: decode with the tokenizer
 
 
 def rendering_position(out: RenderOutput, messages: list[Message]) -> str:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from .formats import ReasoningFormat, ToolCallFormat
 from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 _DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\r\n]*")
+_INT = frozenset((int,))
 
 
 @dataclass
@@ -190,8 +194,9 @@ def _parse_xml_arguments(
     types = _parameter_types(tools, name)
     while True:
         # a call without parameters may keep the blank line between its name and its end
-        if text.startswith(syntax.call_end, _skip_space(text, position)):
-            end = _skip_space(text, position) + len(syntax.call_end)
+        after_space = _skip_space(text, position)
+        if text.startswith(syntax.call_end, after_space):
+            end = after_space + len(syntax.call_end)
             return TextCall(text[start:end], start, end, name, arguments)
         if not text.startswith(syntax.parameter_start, position):
             status = ToolCallParseStatus.UNCLOSED_BLOCK if position >= len(text) else ToolCallParseStatus.MALFORMED_STRUCTURE
@@ -358,6 +363,8 @@ def _json_or_text(raw: str) -> Any:
 
 def _parameter_separator(text: str, key_at: int, syntax: ToolCallFormat) -> tuple[int, str]:
     """Where the parameter's key ends and the separator found there (the string or the JSON one)."""
+    if not syntax.parameter_value_json and syntax.parameter_value:  # one separator
+        return text.find(syntax.parameter_value, key_at), syntax.parameter_value
     found = [(text.find(separator, key_at), separator) for separator in (syntax.parameter_value, syntax.parameter_value_json)]
     found = [(at, separator) for at, separator in found if separator and at >= 0]
     return min(found, key=lambda item: (item[0], -len(item[1]))) if found else (-1, syntax.parameter_value)
@@ -405,9 +412,7 @@ def _skip(text: str, position: int, literal: str) -> int:
 
 
 def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position] in " \t\r\n":
-        position += 1
-    return position
+    return _SPACE.match(text, position).end()
 
 
 def _strip_suffix(text: str, suffix: str) -> str:
@@ -429,8 +434,10 @@ def token_sequence(token_ids: Any, what: str = "token_ids") -> list:
 def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
     """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
     torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+    if type(token_ids) is list and set(map(type, token_ids)) <= _INT:  # the common case, checked in C
+        return token_ids
     ids = token_sequence(token_ids, what)
-    if set(map(type, ids)) <= {int}:  # the common case, checked in C
+    if set(map(type, ids)) <= _INT:
         return ids
     checked = []
     for index, token in enumerate(ids):
@@ -471,40 +478,31 @@ def decoded_prefix_lengths(decode: Callable[[Sequence[int]], str], ids: list[int
 
 
 def token_index_at(lengths: list[int], char: int) -> int:
-    """The smallest ``k`` whose prefix ``ids[:k]`` has produced ``char`` characters."""
-    return min(bisect_left(lengths, char), len(lengths) - 1)
+    """The smallest ``k`` whose prefix ``ids[:k]`` has produced ``char`` characters (the last
+    index when none has).
 
-
-def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int], boundaries: int) -> Callable[..., int]:
-    """``char -> token_index_at(decoded_prefix_lengths(decode, ids), char)``, computed the cheap way
-    (``low``: a token index known not to exceed the answer).
-
-    For a few boundaries in a long completion (one or two tool calls), a binary search over
-    prefix decodes; for many (a looping rollout with hundreds of calls) one linear pass
-    (:func:`decoded_prefix_lengths`), so parsing stays linear either way.
+    ``lengths`` (from :func:`decoded_prefix_lengths`) need not grow: a SentencePiece
+    ``ByteFallback`` decoder turns a whole run of byte tokens into U+FFFDs once a token leaves
+    the run invalid, so a prefix can show fewer characters than a shorter one.  The running
+    maximum grows, and reaches ``char`` first where ``lengths`` does.
     """
-    count = len(ids)
-    if 2 * boundaries * (count + 1).bit_length() >= count:
-        lengths = decoded_prefix_lengths(decode, ids)
-        return lambda char, low=0: token_index_at(lengths, char)
-    known: dict[int, int] = {}
+    return min(bisect_left(list(accumulate(lengths, max)), char), len(lengths) - 1)
 
-    def length(k: int) -> int:
-        if k not in known:
-            known[k] = len(decode(ids[:k]).rstrip("\ufffd"))
-        return known[k]
 
-    def index(char: int, low: int = 0) -> int:
-        high = count
-        while low < high:
-            middle = (low + high) // 2
-            if length(middle) >= char:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int]) -> Callable[..., int]:
+    """``char -> token_index_at(decoded_prefix_lengths(decode, ids), char)`` (a second argument,
+    a lower bound of the answer, is accepted and not needed).
 
-    return index
+    The prefix-decoding way, for tokenizers without a byte table
+    (:mod:`rllm_renderers.detokenize`): one linear pass of windowed decodes, then a binary search
+    per character over the running maximum.  A binary search over prefix decodes would decode
+    less for a few tool calls, but is wrong where the lengths do not grow (see
+    :func:`token_index_at`).
+    """
+    lengths = decoded_prefix_lengths(decode, ids)
+    maxima = list(accumulate(lengths, max))
+    last = len(lengths) - 1
+    return lambda char, low=0: min(bisect_left(maxima, char), last)
 
 
 def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
