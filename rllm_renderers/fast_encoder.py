@@ -13,7 +13,10 @@ What is proved, and how (the conditions checked, in order):
    when ``use_regex``, else the whole span is one word).  Model: ``BPE`` without dropout, byte
    fallback, continuing-subword prefix or end-of-word suffix, and with all 256 byte symbols.
    The last ``Split`` runs inside tiktoken; earlier ones (DeepSeek has three) run here with the
-   ``regex`` module, each output piece going to tiktoken on its own, as the library does.
+   ``regex`` module, each output piece going to tiktoken on its own, as the library does.  When
+   every earlier stage is one character class repeated (``C+`` or ``C{1,n}``) and the classes are
+   pairwise disjoint, the stages run as one ``regex`` split instead (:func:`_one_pass_stages`
+   proves that it cuts the same pieces).
    tiktoken keeps only regex matches while ``Split(Isolated)`` also keeps the text between them,
    so the regex given to tiktoken is ``P|(?:(?!P)[\\s\\S])+``: at a position where ``P`` matches it
    is ``P``'s match, elsewhere it takes the run of characters up to the next position where ``P``
@@ -52,6 +55,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -101,6 +105,7 @@ class RankBpe:
     ranks: dict[bytes, int] = field(repr=False)
     _encoding: Any = field(default=None, repr=False)
     _stage_regexes: tuple = field(default=(), repr=False)
+    _one_pass: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         import tiktoken
@@ -115,6 +120,7 @@ class RankBpe:
             import regex
 
             self._stage_regexes = tuple(regex.compile(stage) for stage in self.stages)
+            self._one_pass = _one_pass_stages(self.stages)
         if self.nfc:
             # The library's own NFC: Python's unicodedata follows another Unicode version, and the
             # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
@@ -127,14 +133,23 @@ class RankBpe:
             span = self._nfc(span)
         if not self._stage_regexes:
             return self._encode(span)
+        if self._one_pass is not None:
+            # matches and the gaps between them alternate; the gaps may be empty, matches never are
+            pieces = self._one_pass.split(span)
+            if len(pieces) == 1:  # no stage matched: the span is one piece
+                return self._encode(span)
+        else:
+            pieces = self._staged_pieces(span)
         ids: list[int] = []
         encode = self._encode
-        for piece in self._staged_pieces(span):
-            ids += encode(piece)
+        for piece in pieces:
+            if piece:
+                ids += encode(piece)
         return ids
 
     def _staged_pieces(self, span: str) -> list[str]:
-        """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps)."""
+        """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps),
+        one stage after the other, as the library does."""
         pieces = [span]
         for stage in self._stage_regexes:
             cut: list[str] = []
@@ -152,6 +167,43 @@ class RankBpe:
                     cut.append(piece[done:])
             pieces = cut
         return pieces
+
+
+# One character class (``\p{N}``, ``\P{..}``, ``\d``-like, or a bracket set without nested sets),
+# alone or repeated (``+``, ``{1,n}``): its matches are the runs of the class, cut every 1 / all / n characters.
+_CLASS_RUN = re.compile(r"(\\[pP]\{[\w=&.\- ]+\}|\\[dswDSW]|\[\^?(?:\\.|[^\\\[\]])+\])(?:\+|\{1,[1-9][0-9]*\})?")
+_ALL_CHARACTERS: str | None = None  # every code point but the surrogates (built on first use)
+
+
+def _one_pass_stages(stages: tuple[str, ...]):
+    """One ``regex`` pattern whose ``split`` cuts a span into the pieces the ``Split(Isolated)``
+    ``stages`` cut it into one after the other, or None when that is not proved.
+
+    Proved when every stage is ``C_i``, ``C_i+`` or ``C_i{1,n_i}`` for a character class ``C_i`` and no
+    character is in two classes (checked over every code point, with the same ``regex`` engine
+    that runs the stages).  Then, by induction over the stages: after stages 1..i the pieces are
+    the runs of each ``C_j`` (j <= i), maximal in the span and cut every ``n_j`` characters from the
+    run's start, and the maximal runs of characters in none of them.  Stage i+1 leaves a ``C_j``
+    piece alone (it holds no ``C_{i+1}`` character); in a gap it finds the ``C_{i+1}`` runs, which
+    are maximal in the span too (the gap ends at a ``C_j`` character or the span's end), cut from
+    their start.  ``(C_1..|C_2..|...)`` scanned left to right finds the same matches: at a
+    position at most one alternative can start (disjoint classes), and it takes the same run
+    prefix.  ``split`` with the one group returns gap, match, gap, ..., gap (gaps possibly empty).
+    """
+    global _ALL_CHARACTERS
+    import regex
+
+    if not all(_CLASS_RUN.fullmatch(stage) for stage in stages):
+        return None
+    if len(stages) > 1:
+        if _ALL_CHARACTERS is None:
+            _ALL_CHARACTERS = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+        classes = [_CLASS_RUN.fullmatch(stage).group(1) for stage in stages]
+        for first, cls in enumerate(classes):
+            for other in classes[first + 1 :]:
+                if regex.search(f"(?={cls}){other}", _ALL_CHARACTERS):
+                    return None
+    return regex.compile("(" + "|".join(f"(?:{stage})" for stage in stages) + ")")
 
 
 def _normalizer_is_nfc(normalizer: Any) -> bool:

@@ -7,6 +7,7 @@ on small hand-made BPEs that break one condition each.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -261,6 +262,39 @@ def test_gaps_between_split_matches_are_kept():
     tokenizer = Tokenizer.from_str(json.dumps(data))
     for text in ["ab12ab", "12 12", "!!ab??", "", "中ab"]:
         assert plan.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids, text
+
+
+STAGED_TEXT = st.lists(st.one_of(DIGITS, CJK_EMOJI, COMBINING, WHITESPACE, CODEISH, ANY_UNICODE,
+                                  st.sampled_from(["1234567", "12中文34", "ｶﾀｶﾅ123", "v2.0.10", "٣٤٥٦abc", "ー〇一二三"])),
+                        max_size=12).map("".join)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=None)
+def _staged_encoder(name: str) -> TextEncoder:
+    return TextEncoder(load_tokenizer(_tokenizer_dir(name)))
+
+
+@pytest.mark.parametrize("name", ["dsv3", "dsv4"])
+@settings(PROFILE, max_examples=300, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=STAGED_TEXT)
+def test_staged_split_in_one_pass_equals_the_stages_one_by_one(name, text):
+    """DeepSeek's two Python-side Split stages (digit groups, CJK runs) run as one regex split."""
+    encoder = _staged_encoder(name)
+    plan = encoder._rank_bpe
+    assert plan is not None and len(plan.stages) == 2 and plan._one_pass is not None, plan
+    assert [piece for piece in plan._one_pass.split(text) if piece] == plan._staged_pieces(text)
+    assert plan.encode(text) == encoder._copy("all").encode(text, add_special_tokens=False).ids
+
+
+def test_one_pass_stages_needs_disjoint_single_class_stages():
+    one_pass = fast_encoder._one_pass_stages
+    assert one_pass((r"\p{N}{1,3}", "[一-龥\u3040-ゟ゠-ヿ]+")) is not None
+    assert one_pass((r"[a-z]+",)) is not None and one_pass((r"\p{L}", r"\d+")) is not None
+    # not one class repeated: refused
+    for stage in (r"\p{N}|x", r"[a-z]*", r"\p{L}\p{N}", r"[[a]b]+", r"(?:ab)+", r"\p{N}{0,3}"):
+        assert one_pass((r"\s+", stage)) is None, stage
+    # overlapping classes: the stages one by one cut "12345a" into 123|4|5|a, one pass into 123|45|a
+    assert one_pass((r"[0-9]{1,3}", r"[5-9a]+")) is None
 
 
 def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
