@@ -148,6 +148,28 @@ def test_rank_bpe_sweeps_unicode_like_the_library(both):
     assert not mismatches, (name, len(mismatches), mismatches[:3])
 
 
+def test_nfc_is_skipped_only_where_the_library_changes_nothing():
+    """``_nfc_leaves_alone`` (Python's unicodedata) must never skip a text the library's NFC changes."""
+    from tokenizers.normalizers import NFC
+
+    normalize = NFC().normalize_str
+    marks = [chr(c) for c in range(0x300, 0x370)] + ["\u0eb8", "\u0eba", "\u1161", "\u11a8", "\u3099", "\U0001e944"]
+    texts = _sweep_texts() + [base + mark for base in ("a", "e", "가", "ຸ", "中", "😀", "\u0378") for mark in marks]
+    texts += [a + b + c for a in ("e", "o", "\u0eb8") for b in marks[::7] for c in marks[::5]]
+    skipped = [text for text in texts if fast_encoder._nfc_leaves_alone(text)]
+    assert [text for text in skipped if normalize(text) != text] == []
+    assert 0 < len(skipped) < len(texts)  # the shortcut is taken, and not everywhere
+
+
+@settings(PROFILE, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.lists(st.one_of(COMBINING, CJK_EMOJI, ANY_UNICODE), max_size=8).map("".join))
+def test_nfc_shortcut_on_random_text(text):
+    from tokenizers.normalizers import NFC
+
+    if fast_encoder._nfc_leaves_alone(text):
+        assert NFC().normalize_str(text) == text
+
+
 # ---------------------------------------------------------------------------- the proof's refusals
 
 
@@ -266,7 +288,7 @@ def test_gaps_between_split_matches_are_kept():
 
 STAGED_TEXT = st.lists(st.one_of(DIGITS, CJK_EMOJI, COMBINING, WHITESPACE, CODEISH, ANY_UNICODE,
                                   st.sampled_from(["1234567", "12中文34", "ｶﾀｶﾅ123", "v2.0.10", "٣٤٥٦abc", "ー〇一二三"])),
-                        max_size=12).map("".join)  # fmt: skip
+                        max_size=12).map("".join) | st.text(alphabet=st.characters(max_codepoint=127), max_size=80)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)
@@ -283,7 +305,21 @@ def test_staged_split_in_one_pass_equals_the_stages_one_by_one(name, text):
     plan = encoder._rank_bpe
     assert plan is not None and len(plan.stages) == 2 and plan._one_pass is not None, plan
     assert [piece for piece in plan._one_pass.split(text) if piece] == plan._staged_pieces(text)
+    if text.isascii():  # ASCII spans are cut by the re twin of the one-pass regex
+        assert [piece for piece in plan._one_pass_ascii.split(text) if piece] == plan._staged_pieces(text)
     assert plan.encode(text) == encoder._copy("all").encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("name", ["dsv3", "dsv4"])
+def test_short_piece_table_is_the_tokenizers_function(name):
+    """The digit groups' ids are looked up, not encoded: the table must be what the library gives."""
+    encoder = _staged_encoder(name)
+    table = encoder._rank_bpe._short_pieces
+    pieces = sorted(table)
+    assert len(pieces) == 10 + 100 + 1000 and "007" in table
+    want = [encoding.ids for encoding in encoder._copy("all").encode_batch_fast(pieces, add_special_tokens=False)]
+    assert [table[piece] for piece in pieces] == want
+    assert fast_encoder._short_piece_ids((r"\p{L}{1,3}", r"[a-z]+", r"\d"), len) == {str(d): 1 for d in range(10)}
 
 
 def test_one_pass_stages_needs_disjoint_single_class_stages():
