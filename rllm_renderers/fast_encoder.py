@@ -223,7 +223,6 @@ def _unassigned_or_astral() -> re.Pattern[str]:
 # One character class (``\p{N}``, ``\P{..}``, ``\d``-like, or a bracket set without nested sets),
 # alone or repeated (``+``, ``{1,n}``): its matches are the runs of the class, cut every 1 / all / n characters.
 _CLASS_RUN = re.compile(r"(\\[pP]\{[\w=&.\- ]+\}|\\[dswDSW]|\[\^?(?:\\.|[^\\\[\]])+\])(\+|\{1,[1-9][0-9]*\})?")
-_ALL_CHARACTERS: str | None = None  # every code point but the surrogates (built on first use)
 
 
 def _one_pass_stages(stages: tuple[str, ...]):
@@ -241,18 +240,17 @@ def _one_pass_stages(stages: tuple[str, ...]):
     position at most one alternative can start (disjoint classes), and it takes the same run
     prefix.  ``split`` with the one group returns gap, match, gap, ..., gap (gaps possibly empty).
     """
-    global _ALL_CHARACTERS
     import regex
 
     if not all(_CLASS_RUN.fullmatch(stage) for stage in stages):
         return None
     if len(stages) > 1:
-        if _ALL_CHARACTERS is None:
-            _ALL_CHARACTERS = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+        # every code point but the surrogates (4 MB: built for the check, not kept)
+        every_character = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
         classes = [_CLASS_RUN.fullmatch(stage).group(1) for stage in stages]
         for first, cls in enumerate(classes):
             for other in classes[first + 1 :]:
-                if regex.search(f"(?={cls}){other}", _ALL_CHARACTERS):
+                if regex.search(f"(?={cls}){other}", every_character):
                     return None
     return regex.compile("(" + "|".join(f"(?:{stage})" for stage in stages) + ")")
 
