@@ -39,8 +39,10 @@ from markupsafe import escape as _markup_escape
 
 from .template_tests import TESTS
 from .template_values import (
+    TemplateDict,
     TemplateError,
     TemplateList,
+    TemplateStr,
     Undefined,
     attribute_getter,
     getattr_only,
@@ -332,7 +334,82 @@ def tojson(
     sort_keys: bool = False,
 ) -> str:
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept by default."""
+    if indent is not None and not sort_keys:  # json.dumps writes indented JSON in pure Python, slowly
+        try:
+            return _indented_json(value, indent, ensure_ascii, separators)
+        except _NotPlainJson:
+            pass  # json.dumps writes (or refuses) everything else
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _NotPlainJson(Exception):
+    """A value ``_indented_json`` leaves to ``json.dumps``."""
+
+
+_JSON_STRINGS = (str, TemplateStr)
+_JSON_OBJECTS = (dict, TemplateDict)
+_JSON_ARRAYS = (list, TemplateList, tuple)
+_JSON_DEPTH = 64  # deeper (or circular) data goes to json.dumps, which refuses a cycle
+
+
+def _indented_json(
+    value: Any, indent: int | str, ensure_ascii: bool, separators: tuple[str, str] | None
+) -> str:
+    """``json.dumps(value, indent=..., ensure_ascii=..., separators=...)`` for plain JSON data: the
+    same text, built by one recursive function over a list of parts instead of json's generators.
+
+    Plain: objects with string keys, arrays, strings, exact ints and finite floats, booleans,
+    None (dict / list / str subclasses: only the template wrappers).  Anything else raises
+    :class:`_NotPlainJson`; :func:`tojson` then calls ``json.dumps`` itself.
+    """
+    indent = indent if isinstance(indent, str) else " " * indent
+    item_separator, key_separator = separators if separators is not None else (",", ": ")
+    quote = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    parts: list[str] = []
+    append = parts.append
+
+    def write(item: Any, level: int) -> None:
+        kind = type(item)
+        if kind in _JSON_STRINGS:
+            append(quote(item))
+        elif item is None:
+            append("null")
+        elif item is True:
+            append("true")
+        elif item is False:
+            append("false")
+        elif kind is int:
+            append(int.__repr__(item))
+        elif kind is float and math.isfinite(item):
+            append(float.__repr__(item))
+        elif kind in _JSON_OBJECTS or kind in _JSON_ARRAYS:
+            if not item:
+                append("{}" if kind in _JSON_OBJECTS else "[]")
+                return
+            if level >= _JSON_DEPTH:
+                raise _NotPlainJson
+            inner = "\n" + indent * (level + 1)
+            if kind in _JSON_OBJECTS:
+                append("{")
+                for position, (key, member) in enumerate(item.items()):
+                    if type(key) not in _JSON_STRINGS:
+                        raise _NotPlainJson
+                    append(inner if not position else item_separator + inner)
+                    append(quote(key))
+                    append(key_separator)
+                    write(member, level + 1)
+                append("\n" + indent * level + "}")
+            else:
+                append("[")
+                for position, member in enumerate(item):
+                    append(inner if not position else item_separator + inner)
+                    write(member, level + 1)
+                append("\n" + indent * level + "]")
+        else:
+            raise _NotPlainJson
+
+    write(value, 0)
+    return "".join(parts)
 
 
 @functools.cache

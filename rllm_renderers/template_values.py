@@ -266,6 +266,15 @@ MISSING = _Missing()
 
 def template_data(value: Any) -> Any:
     """Wrap plain JSON-like data so that missing keys and indexes behave as in Jinja."""
+    kind = type(value)  # exact JSON types first: the abstract Mapping check is slow
+    if kind is str:
+        return TemplateStr(value)
+    if kind is dict:
+        return TemplateDict((key, template_data(item)) for key, item in value.items())
+    if kind is list:
+        return TemplateList([template_data(item) for item in value])
+    if kind in _JSON_SCALARS:
+        return value
     if isinstance(value, Mapping):
         return TemplateDict((key, template_data(item)) for key, item in value.items())
     if isinstance(value, (list, tuple)):
@@ -273,6 +282,9 @@ def template_data(value: Any) -> Any:
     if isinstance(value, str):
         return TemplateStr(value)
     return value
+
+
+_JSON_SCALARS = frozenset([int, float, bool, type(None)])
 
 
 def soft_str(value: Any) -> str:
@@ -300,6 +312,8 @@ def getitem(obj: Any, key: Any) -> Any:
 
 def getattribute(obj: Any, name: str) -> Any:
     """``obj.name`` as Jinja's sandbox does it: a safe attribute, else the item, else Undefined."""
+    if type(obj) is TemplateDict and name in obj and name not in _TEMPLATE_DICT_ATTRIBUTES:
+        return dict.__getitem__(obj, name)  # the common case: a key that no attribute shadows
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -308,6 +322,10 @@ def getattribute(obj: Any, name: str) -> Any:
         except (TypeError, LookupError):
             return Undefined(name, obj)
     return _safe_getattr(obj, name, value)
+
+
+# What ``getattr`` finds on a TemplateDict (it has no instance attributes: ``__slots__ = ()``).
+_TEMPLATE_DICT_ATTRIBUTES = frozenset(dir(TemplateDict))
 
 
 def getattr_only(obj: Any, name: str) -> Any:

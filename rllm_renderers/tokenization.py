@@ -243,7 +243,7 @@ class _SpanCache:
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str]) -> list[int] | None:
-        if not self.size:
+        if not self.size or len(key[1]) < self.MIN_CHARS:  # (never stored: see put)
             return None
         with self._lock:
             ids = self._entries.get(key)
@@ -474,6 +474,10 @@ class TextEncoder:
         """Ids (and starts) of text spans that hold no added token to find, through the span cache."""
         if with_offsets and not self._offsets_from_lengths:
             return self._hf_encode(spans, True, hide)
+        if not with_offsets and not self._cache.size and self._rank_bpe is not None and not self._rank_bpe.shortcut_only:
+            # no cache, no offsets, no span the library must encode: straight to tiktoken
+            encode = self._rank_bpe.encode
+            return [(encode(span), []) for span in spans]
         kind = "tiktoken" if self._rank_bpe is not None else hide
         cache = self._cache
         results: list[Any] = [cache.get((kind, span)) for span in spans]

@@ -7,6 +7,7 @@ on small hand-made BPEs that break one condition each.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -185,6 +186,28 @@ def test_rank_bpe_sweeps_unicode_like_the_library(both):
     assert not mismatches, (name, len(mismatches), mismatches[:3])
 
 
+def test_nfc_is_skipped_only_where_the_library_changes_nothing():
+    """``_nfc_leaves_alone`` (Python's unicodedata) must never skip a text the library's NFC changes."""
+    from tokenizers.normalizers import NFC
+
+    normalize = NFC().normalize_str
+    marks = [chr(c) for c in range(0x300, 0x370)] + ["\u0eb8", "\u0eba", "\u1161", "\u11a8", "\u3099", "\U0001e944"]
+    texts = _sweep_texts() + [base + mark for base in ("a", "e", "가", "ຸ", "中", "😀", "\u0378") for mark in marks]
+    texts += [a + b + c for a in ("e", "o", "\u0eb8") for b in marks[::7] for c in marks[::5]]
+    skipped = [text for text in texts if fast_encoder._nfc_leaves_alone(text)]
+    assert [text for text in skipped if normalize(text) != text] == []
+    assert 0 < len(skipped) < len(texts)  # the shortcut is taken, and not everywhere
+
+
+@settings(PROFILE, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.lists(st.one_of(COMBINING, CJK_EMOJI, ANY_UNICODE), max_size=8).map("".join))
+def test_nfc_shortcut_on_random_text(text):
+    from tokenizers.normalizers import NFC
+
+    if fast_encoder._nfc_leaves_alone(text):
+        assert NFC().normalize_str(text) == text
+
+
 # ---------------------------------------------------------------------------- the proof's refusals
 
 
@@ -293,6 +316,8 @@ def test_qwen35_words_only_the_shortcut_gives(name):
     want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     assert [encoder.encode(text) for text in texts] == want
     assert [encoder.encode_with_offsets(text)[0] for text in texts] == [encoder.encode(text) for text in texts]
+    uncached = TextEncoder(tokenizer, span_cache_size=0)  # the path without cache sends spans HF's way too
+    assert [uncached.encode(text) for text in texts] == want
     # Without the guard (left-out tokens put back in the ranks, or no search) tiktoken is wrong.
     put_back = {**plan.ranks, b"yarakat": 170315, "加拿大".encode(): 108918}
     unguarded = fast_encoder.RankBpe(plan.pattern, plan.stages, plan.nfc, put_back)
@@ -373,6 +398,53 @@ def test_gaps_between_split_matches_are_kept():
     tokenizer = Tokenizer.from_str(json.dumps(data))
     for text in ["ab12ab", "12 12", "!!ab??", "", "中ab"]:
         assert plan.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids, text
+
+
+STAGED_TEXT = st.lists(st.one_of(DIGITS, CJK_EMOJI, COMBINING, WHITESPACE, CODEISH, ANY_UNICODE,
+                                  st.sampled_from(["1234567", "12中文34", "ｶﾀｶﾅ123", "v2.0.10", "٣٤٥٦abc", "ー〇一二三"])),
+                        max_size=12).map("".join) | st.text(alphabet=st.characters(max_codepoint=127), max_size=80)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=None)
+def _staged_encoder(name: str) -> TextEncoder:
+    return TextEncoder(load_tokenizer(_tokenizer_dir(name)))
+
+
+@pytest.mark.parametrize("name", ["dsv3", "dsv4"])
+@settings(PROFILE, max_examples=300, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=STAGED_TEXT)
+def test_staged_split_in_one_pass_equals_the_stages_one_by_one(name, text):
+    """DeepSeek's two Python-side Split stages (digit groups, CJK runs) run as one regex split."""
+    encoder = _staged_encoder(name)
+    plan = encoder._rank_bpe
+    assert plan is not None and len(plan.stages) == 2 and plan._one_pass is not None, plan
+    assert [piece for piece in plan._one_pass.split(text) if piece] == plan._staged_pieces(text)
+    if text.isascii():  # ASCII spans are cut by the re twin of the one-pass regex
+        assert [piece for piece in plan._one_pass_ascii.split(text) if piece] == plan._staged_pieces(text)
+    assert plan.encode(text) == encoder._copy("all").encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("name", ["dsv3", "dsv4"])
+def test_short_piece_table_is_the_tokenizers_function(name):
+    """The digit groups' ids are looked up, not encoded: the table must be what the library gives."""
+    encoder = _staged_encoder(name)
+    table = encoder._rank_bpe._short_pieces
+    pieces = sorted(table)
+    assert len(pieces) == 10 + 100 + 1000 and "007" in table
+    want = [encoding.ids for encoding in encoder._copy("all").encode_batch_fast(pieces, add_special_tokens=False)]
+    assert [table[piece] for piece in pieces] == want
+    assert fast_encoder._short_piece_ids((r"\p{L}{1,3}", r"[a-z]+", r"\d"), len) == {str(d): 1 for d in range(10)}
+
+
+def test_one_pass_stages_needs_disjoint_single_class_stages():
+    one_pass = fast_encoder._one_pass_stages
+    assert one_pass((r"\p{N}{1,3}", "[一-龥\u3040-ゟ゠-ヿ]+")) is not None
+    assert one_pass((r"[a-z]+",)) is not None and one_pass((r"\p{L}", r"\d+")) is not None
+    # not one class repeated: refused
+    for stage in (r"\p{N}|x", r"[a-z]*", r"\p{L}\p{N}", r"[[a]b]+", r"(?:ab)+", r"\p{N}{0,3}"):
+        assert one_pass((r"\s+", stage)) is None, stage
+    # overlapping classes: the stages one by one cut "12345a" into 123|4|5|a, one pass into 123|45|a
+    assert one_pass((r"[0-9]{1,3}", r"[5-9a]+")) is None
 
 
 def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
@@ -566,16 +638,16 @@ def test_trimmed_offsets_are_left_to_the_library():
     assert encoder._rank_bpe.starts(span, encoder.encode(span)) != library[: len(encoder.encode(span))]
 
 
-def test_nfc_inert_spans_are_unchanged_by_the_library_nfc():
+def test_nfc_skip_agrees_with_the_library_on_every_code_point():
     """The shortcut that skips the library's NFC: every code point, alone and next to a letter, a
-    combining mark, a Hangul jamo and itself; whenever it says inert, the library's NFC agrees."""
+    combining mark, a Hangul jamo and itself; whenever it skips, the library's NFC agrees."""
     from tokenizers.normalizers import NFC
 
     nfc = NFC().normalize_str
     code_points = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c <= 0xDFFF]
     contexts = ("{}", "a{}", "{}\u0301", "\u1100{}", "{}{}", "{}\u0bbe")
     texts = [context.format(ch, ch) for ch in code_points for context in contexts]
-    inert = [text for text in texts if fast_encoder._nfc_inert(text)]
+    inert = [text for text in texts if fast_encoder._nfc_leaves_alone(text)]
     assert len(inert) > len(texts) // 4  # most text is inert: the shortcut is taken
     assert [text for text in inert if nfc(text) != text] == []
-    assert not fast_encoder._nfc_inert("e\u0301") and not fast_encoder._nfc_inert("\u2126")
+    assert not fast_encoder._nfc_leaves_alone("e\u0301") and not fast_encoder._nfc_leaves_alone("\u2126")

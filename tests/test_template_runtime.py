@@ -699,3 +699,51 @@ def test_attribute_forms_on_generated_records(call, records):
     )
     actual = outcome(lambda: jinja.FILTERS[name](python_value(records), *args, **kwargs))
     assert actual == expected, f"{name}{args!r}{kwargs!r} on {records!r}"
+
+
+# --- tojson with an indent (written by the runtime itself, not json's pure-Python generators) ----
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    | st.dictionaries(st.integers(), inner, max_size=2),
+    max_leaves=25,
+)
+
+
+@FUZZ
+@given(
+    value=JSON_VALUES,
+    indent=st.sampled_from([0, 1, 2, 4, -1, "", "\t", "--"]),
+    ensure_ascii=st.booleans(),
+    separators=st.sampled_from([None, (",", ":"), (" , ", " : ")]),
+)
+def test_indented_tojson_is_json_dumps(value, indent, ensure_ascii, separators):
+    import json
+
+    want = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, separators=separators)
+    for given_value in (value, jinja.template_data(value)):
+        assert jinja.tojson(given_value, ensure_ascii, indent, separators) == want
+
+
+def test_indented_tojson_leaves_the_rest_to_json_dumps():
+    import json
+
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        jinja.tojson(cycle, indent=2)
+    deep: Any = "x"
+    for _ in range(100):
+        deep = {"k": [deep]}
+    assert jinja.tojson(deep, indent=1) == json.dumps(deep, indent=1, ensure_ascii=False)
+    with pytest.raises(TypeError, match="Undefined is not JSON serializable"):
+        jinja.tojson({"a": [jinja.Undefined("x")]}, indent=2)
+    assert jinja.tojson({"b": 1, "a": Markup("<x>")}, indent=2, sort_keys=True) == '{\n  "a": "<x>",\n  "b": 1\n}'
+    # plain data (a tools list) is written by the runtime's own writer, not handed on
+    from rllm_renderers import template_filters
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"],
+              "properties": {"a": {"type": "number", "default": 1.5}, "b": {"enum": [True, None, "é"]}}}}}]  # fmt: skip
+    assert template_filters._indented_json(jinja.template_data(tools), 4, False, None) == json.dumps(tools, indent=4, ensure_ascii=False)
