@@ -39,7 +39,7 @@ from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
 from rllm_renderers.bridge import close_end, first_stop_end
-from tests.families import ALL_FAMILIES
+from tests.families import ALL_FAMILIES, with_gaps
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
 
@@ -275,23 +275,12 @@ NO_SAMPLED_TURN = {
     "qwq": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
     "deepseek_r1_distill_qwen": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
 }
-#: Known gaps, each a strict xfail: it fails the day the gap closes.
+#: Known gaps (module -> why), each a strict xfail: none at present.
 KNOWN_GAPS: dict[str, str] = {}
 
 
-def family_params() -> list:
-    return [
-        pytest.param(
-            family,
-            id=family.module,
-            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[family.module])] if family.module in KNOWN_GAPS else [],
-        )
-        for family in ALL_FAMILIES
-    ]
-
-
 @pytest.mark.parametrize("retention", ["template", "verbatim"])
-@pytest.mark.parametrize("family", family_params())
+@pytest.mark.parametrize("family", with_gaps(KNOWN_GAPS))
 def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     audit = BridgeAudit(family, retention)
     counts = audit.run()

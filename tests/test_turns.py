@@ -17,7 +17,7 @@ from compiler.analysis import compared_roles, knob_candidates, parse_template
 from compiler.conversations import Case, conversation_cases
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
-from tests.families import ALL_FAMILIES, ALL_FAMILY_IDS, FAMILIES, FAMILY_IDS
+from tests.families import ALL_FAMILIES, ALL_FAMILY_IDS, FAMILIES, FAMILY_IDS, with_gaps
 
 SETTINGS = settings(
     max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
@@ -73,17 +73,6 @@ SAMPLED_MASK_GAPS = {
     "nvidia_nemotron_nano": "the template writes the last assistant message after its message loop, through a "
     "namespace variable: the turn has no message mark",
 }
-
-
-def with_gaps(gaps: dict[str, str]) -> list:
-    return [
-        pytest.param(
-            family,
-            id=family.module,
-            marks=[pytest.mark.xfail(strict=True, reason=gaps[family.module])] if family.module in gaps else [],
-        )
-        for family in ALL_FAMILIES
-    ]
 
 
 def cases_for(family):
