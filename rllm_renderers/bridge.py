@@ -12,7 +12,10 @@ Contract of ``bridge_turn(renderer, p, c, new, tools=..., messages=...)``:
 * ``thinking_retention="template"``: the result is non-None exactly when that full render
   starts with the text of ``p + c'`` (the template does not rewrite history), and then its
   text is the full render's text. ``"verbatim"``: the sampled tokens are kept as sampled,
-  also where the template would rewrite them.
+  also where the template would rewrite them (drop reasoning), as long as the template writes
+  the turn's parsed content back when it is the last message (else the parse missed structure
+  and the history would be a guess: ``None``). When the template writes the new messages
+  inside the sampled turn (Gemma-4's tool responses), the turn ends at its first stop.
 
 History-dependent template state (a flag set by the first tool result of the conversation,
 the parity of a message's index, a system prompt) comes from the real history, never from
