@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import template_runtime as jinja
-from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
+from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at
 from .turns import cut_at_stop, tool_names
 from .types import Message, RenderedTokens, ToolSpec
 
@@ -212,12 +212,9 @@ class PromptHistories:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
-    def recall(self, ids: list) -> History | None:
-        """The history remembered for exactly these ids (None for unknown ids, or ids that are not ints)."""
-        try:
-            key = self._key(ids)
-        except TypeError:  # an unhashable element: not ids the renderer produced
-            return None
+    def recall(self, ids: list[int]) -> History | None:
+        """The history remembered for exactly these ids (None for ids it does not know)."""
+        key = self._key(ids)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] != ids[-PROMPT_TAIL_TOKENS:]:
@@ -258,12 +255,9 @@ def bridge_turn(
     tools: list[ToolSpec] | None = None,
     messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
-    prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
-    # Ids the renderer produced itself are ints (their hash and tail match): only others are checked,
-    # element by element, which would cost more than the rest of the bridge on a long prompt.
+    # every id is checked: floats equal to a remembered prompt's ids would hash alike
+    prompt = as_token_ids(previous_prompt_ids, "previous_prompt_ids")
     remembered = renderer.prompt_histories.recall(prompt)
-    if remembered is None:
-        prompt = as_token_ids(prompt, "previous_prompt_ids")
     completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):

@@ -425,6 +425,9 @@ def token_sequence(token_ids: Any, what: str = "token_ids") -> list:
     if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
         raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
     if hasattr(token_ids, "tolist"):  # numpy / torch / array.array: one conversion to Python ints
+        dtype = str(getattr(token_ids, "dtype", getattr(token_ids, "typecode", "")))
+        if any(kind in dtype for kind in ("float", "complex", "bool")) or dtype in ("f", "d"):
+            raise ValueError(f"{what} must be a sequence of integers, got an array of {dtype}")
         token_ids = token_ids.tolist()
         if not isinstance(token_ids, list):  # a 0-d array
             raise ValueError(f"{what} must be a sequence of integers, got a scalar")

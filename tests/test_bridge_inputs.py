@@ -84,6 +84,20 @@ def test_other_ids_are_a_clear_value_error(llama, bad, found):
         renderer.bridge_to_next_turn(prompt, bad, [FOLLOW_UP], messages=[USER])
 
 
+def test_a_remembered_prompt_in_another_number_type_is_refused(llama):
+    """Floats equal to a remembered prompt's ids hash alike: they are refused, never recalled."""
+    import numpy as np
+    import torch
+
+    renderer, prompt, completion, _ = llama
+    renderer.render_ids([USER], add_generation_prompt=True)  # remembered
+    for floats in (np.array(prompt, dtype=np.float64), torch.tensor(prompt, dtype=torch.float32), array.array("d", prompt)):
+        with pytest.raises(ValueError, match="previous_prompt_ids must be a sequence of integers, got an array of"):
+            renderer.bridge_to_next_turn(floats, completion, [FOLLOW_UP])
+    with pytest.raises(ValueError, match=r"previous_prompt_ids\[0\] must be an integer, got float"):
+        renderer.bridge_to_next_turn([float(token) for token in prompt], completion, [FOLLOW_UP], messages=[USER])
+
+
 @pytest.mark.parametrize(
     "new, message",
     [

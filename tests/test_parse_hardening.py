@@ -161,8 +161,10 @@ def test_parse_response_rejects_what_is_not_ids(bad, message):
 
 def test_as_token_ids_rejects_float_and_2d_arrays():
     numpy = pytest.importorskip("numpy")
-    with pytest.raises(ValueError, match=r"token_ids\[0\] must be an integer, got float"):
+    with pytest.raises(ValueError, match=r"token_ids must be a sequence of integers, got an array of float64"):
         as_token_ids(numpy.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"token_ids\[0\] must be an integer, got float"):
+        as_token_ids([1.0, 2.0])
     with pytest.raises(ValueError, match=r"token_ids\[0\] must be an integer, got list"):
         as_token_ids(numpy.array([[1, 2]]))
     with pytest.raises(ValueError, match="got a scalar"):
