@@ -603,11 +603,14 @@ class Prober:
         separator = content_start = ""
         if CONTENT in double and double.index(CONTENT) > double.index(SECOND_TOOL):
             # the content comes after the calls (Gemma-4), right after the last one's end
+            # (or the end of their block: LFM2's `]<|tool_call_end|>`)
             after_calls = double[double.index(SECOND_TOOL) :]
             end_at = after_calls.find(call_end) if call_end else -1
-            if end_at < 0 or after_calls.index(CONTENT) != end_at + len(call_end):
+            if end_at < 0 or FIRST_TOOL in after_calls[end_at:] or call_start in after_calls[end_at + len(call_end) :]:
                 raise ProbeError(f"the content after the tool calls does not follow the last call's end: {double!r}")
-            return {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_last": True}
+            block_end = after_calls[end_at + len(call_end) : after_calls.index(CONTENT)]
+            found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_last": True}
+            return {**found, "block_end": block_end} if block_end else found
         if CONTENT in double:
             lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
             if lead_text.endswith(block_and_start):

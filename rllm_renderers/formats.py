@@ -107,7 +107,8 @@ class ToolCallFormat:
     ``key_value`` style: ``call_start`` NAME ``name_end`` key:VALUE,key:VALUE ``call_end``, keys bare,
     string values between ``string_quote`` (unescaped), objects ``{key:VALUE,...}``, lists
     ``[VALUE,...]``, other values as Python writes them (``true``, ``5``, ``None``) (Gemma-4).
-    ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4).
+    ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4),
+    after ``block_end``, which closes the list of calls (LFM2's ``]<|tool_call_end|>``).
     """
 
     style: str
@@ -127,4 +128,5 @@ class ToolCallFormat:
     name_json: bool = False
     string_quote: str = ""
     content_last: bool = False
+    block_end: str = ""
     content_start: str = ""

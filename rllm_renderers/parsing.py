@@ -99,7 +99,7 @@ def parse_text(
     if calls:
         content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
         if tool_calls.content_last:  # the template writes the content after the calls (Gemma-4)
-            content += text[calls[-1].end :]
+            content += _strip_prefix(text[calls[-1].end :], tool_calls.block_end)
     return TextParse(content, reasoning_text, reasoning_complete, calls)
 
 
@@ -413,6 +413,10 @@ def _skip(text: str, position: int, literal: str) -> int:
 
 def _skip_space(text: str, position: int) -> int:
     return _SPACE.match(text, position).end()
+
+
+def _strip_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix) :] if prefix and text.startswith(prefix) else text
 
 
 def _strip_suffix(text: str, suffix: str) -> str:

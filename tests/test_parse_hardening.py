@@ -200,3 +200,32 @@ def test_adapters_take_integer_sequences_and_refuse_the_rest():
             renderer.parse_response([ids[0], 2.5])
         checked.append(name)
     assert "chat_template" in checked
+
+
+def test_content_after_a_closed_list_of_calls():
+    """LFM2's shape (a held-out template): ids after the arguments, the list closed by ``block_end``,
+    then the content. The parser reads each call, its id, and the content after the block."""
+    from rllm_renderers.formats import ToolCallFormat
+    from rllm_renderers.parsing import parse_text
+
+    syntax = ToolCallFormat(
+        style="json",
+        call_start='{"name": "',
+        name_end='", "arguments": ',
+        call_end=', "id": "',
+        block_start="<|tool_call_start|>[",
+        call_id_after="call_end",
+        call_id_end='"}',
+        content_last=True,
+        block_end="]<|tool_call_end|>",
+    )
+    text = (
+        '<|tool_call_start|>[{"name": "a", "arguments": {"x": 1}, "id": "abc123xyz"}, '
+        '{"name": "b", "arguments": {}, "id": "def456uvw"}]<|tool_call_end|>Checking.'
+    )
+    parsed = parse_text(text, reasoning=None, tool_calls=syntax, reasoning_prefilled=False)
+    assert parsed.content == "Checking."
+    assert [(call.name, call.arguments, call.id) for call in parsed.calls] == [
+        ("a", {"x": 1}, "abc123xyz"),
+        ("b", {}, "def456uvw"),
+    ]
