@@ -145,3 +145,20 @@ def with_gaps(gaps: dict[str, str]) -> list:
         )
         for family in ALL_FAMILIES
     ]
+
+
+#: Templates that never render an assistant turn as the continuation of their generation prompt
+#: (it opens a reasoning block that history turns do not have): no completion can be read off them.
+NO_SAMPLED_TURN = {
+    "qwq": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
+    "deepseek_r1_distill_qwen": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
+}
+
+
+def assert_turns_checked(family, checked: int, none_expected: dict[str, str] = NO_SAMPLED_TURN) -> None:
+    """A turn-level property test proves nothing when no turn was checked: it must check some, except
+    for the templates in ``none_expected`` (module -> why), which must check none."""
+    if family.module in none_expected:
+        assert checked == 0, f"{family.module}: {checked} turns checked; the expectation of none is stale"
+        pytest.skip(f"{family.module}: {none_expected[family.module]}")
+    assert checked > 0, f"{family.module}: no turn was checked"

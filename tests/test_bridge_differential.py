@@ -26,7 +26,6 @@ Both counts must be 0, and the bridge must answer at most points.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
@@ -39,7 +38,8 @@ from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
 from rllm_renderers.bridge import close_end, first_stop_end
-from tests.families import ALL_FAMILIES, with_gaps
+from tests.families import ALL_FAMILIES, assert_turns_checked, with_gaps
+from tests.turn_sampling import sampled_turn
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
 
@@ -108,43 +108,13 @@ class BridgeAudit:
                     prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
                 except ValueError:
                     return
-            completion = self.sampled_completion(renderer, history, message, new, tools) if new else None
+            sampled = sampled_turn(renderer, history, message, tools, new) if new else None
+            completion = sampled[1] if sampled else None
             if completion is None:
                 return  # the episode cannot go on as the model would have played it
             prompt = self.bridge_point(renderer, prompt, completion, history, message, new, tools, case.knobs, junk)
             if prompt is None:
                 return
-
-    def sampled_completion(self, renderer, history, assistant, new, tools):
-        """The assistant turn as the template renders it after the generation prompt, cut after its close.
-
-        A turn that nothing closes (GLM: the next header's first token is the stop the model
-        samples) is cut after the first stop token in the rendering with the new messages.
-        """
-        try:
-            prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
-            full = renderer.render_ids(history + [assistant], tools=tools)
-            if not renderer.TURN.close:
-                full = renderer.render_ids(history + [assistant] + new, tools=tools, add_generation_prompt=True)
-        except ValueError:
-            return None
-        if full[: len(prompt)] != prompt:
-            return None
-        stops = set(renderer.get_stop_token_ids())
-        completion = full[len(prompt) :]
-        close = next((k for k, token in enumerate(completion) if token in stops), None)
-        if close is None or self.writes_a_stop(renderer, assistant):
-            return None  # not closed by a stop token, or the message itself holds one: no model samples this
-        header = renderer.generation_prompt().strip()
-        if renderer.TURN.close and header and header in renderer.decode(completion[close + 1 :]):
-            return None  # the message goes on as another turn (gpt-oss: one turn per parallel call)
-        return completion[: close + 1]
-
-    @staticmethod
-    def writes_a_stop(renderer, assistant) -> bool:
-        """Whether the message's own text (content, reasoning, calls) holds a stop token's text."""
-        text = json.dumps(assistant, ensure_ascii=False, default=str)
-        return any(stop in text for stop in renderer.TURN.stop_tokens if stop)
 
     def ambiguous(self, renderer, completion, history, assistant, tools) -> bool:
         """Whether the completion parses into a turn that renders to other tokens than ``assistant``."""
@@ -269,12 +239,6 @@ class BridgeAudit:
         return self.counts
 
 
-#: Templates that never render an assistant turn as the continuation of their generation prompt
-#: (it opens a reasoning block that history turns do not have): no completion can be read off them.
-NO_SAMPLED_TURN = {
-    "qwq": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
-    "deepseek_r1_distill_qwen": "the generation prompt ends with '<think>\n', history turns have no reasoning block",
-}
 #: Known gaps (module -> why), each a strict xfail: none at present.
 KNOWN_GAPS: dict[str, str] = {}
 
@@ -285,10 +249,7 @@ def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     audit = BridgeAudit(family, retention)
     counts = audit.run()
     summary = f"{family.module}/{retention}: {dict(counts)}; first problems: {audit.examples}"
-    if family.module in NO_SAMPLED_TURN:
-        assert counts["points"] == 0, summary
-        pytest.skip(f"{family.module}: {NO_SAMPLED_TURN[family.module]}")
-    assert counts["points"] > 0, summary
+    assert_turns_checked(family, counts["points"])
     assert counts["miss"] == 0, summary
     assert counts["wrong"] == 0, summary
     assert counts["disagree"] == 0, summary
