@@ -96,8 +96,8 @@ def checked_new_messages(new_messages: Any) -> list[Message]:
 def sums_to_an_int(ids: list) -> bool:
     """Whether ``ids`` holds integers only, checked in one C pass that is several times cheaper than
     checking each element's type: a float, complex or Decimal makes the sum another type, anything
-    that is not a number raises. (An int subclass such as bool passes: it equals its int.) Only a
-    prompt that passes may be looked up in memory, where floats equal to its ids would hash alike."""
+    that is not a number raises. (An int subclass such as bool passes: it equals its int.) Asked of
+    a prompt found in memory, where floats equal to its ids would compare equal."""
     try:
         return type(sum(ids)) is int
     except TypeError:
@@ -198,40 +198,52 @@ class PromptHistories:
     """The conversations behind the prompts a renderer produced, so that the bridge can go on
     from a prompt without being handed its messages.
 
-    Keyed by the prompt's exact ids: their number and Python's hash of them, checked against
-    the last ids on lookup. Bounded (least recently used entries go first) and thread-safe;
-    a copied or unpickled renderer starts empty.
+    Found by the prompt's length and last ids, then confirmed by comparing the whole prompt with
+    the renderer's own copy of it (one C pass; the caller's list usually shares its int objects
+    with the renderer's result, so each comparison is an identity check): no hash of the whole
+    prompt is computed on either side. Bounded (least recently used prompts go first) and
+    thread-safe; a copied or unpickled renderer starts empty.
     """
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._entries: OrderedDict = OrderedDict()
+        self._entries: OrderedDict = OrderedDict()  # (length, last ids) -> [(ids, history), ...]
+        self._count = 0
         self._lock = threading.Lock()
 
     def __reduce__(self):
         return (PromptHistories, (self.size,))
 
     @staticmethod
-    def _key(ids: list[int]) -> tuple[int, int]:
-        return (len(ids), hash(tuple(ids)))
+    def _key(ids: list[int]) -> tuple[int, tuple]:
+        return (len(ids), tuple(ids[-PROMPT_TAIL_TOKENS:]))
 
     def remember(self, ids: list[int], history: History) -> None:
-        key = self._key(ids)
+        """Remember ``history`` for a copy of ``ids`` (the caller may go on to change its list)."""
+        key, own = self._key(ids), list(ids)
         with self._lock:
-            self._entries[key] = (ids[-PROMPT_TAIL_TOKENS:], history)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            bucket = self._entries.pop(key, [])
+            self._count -= len(bucket)
+            bucket = [(own, history)] + [entry for entry in bucket if entry[0] != own]
+            self._entries[key] = bucket
+            self._count += len(bucket)
+            while self._count > self.size:
+                _, dropped = self._entries.popitem(last=False)
+                self._count -= len(dropped)
 
-    def recall(self, ids: list[int]) -> History | None:
-        """The history remembered for exactly these ids (None for ids it does not know)."""
-        key = self._key(ids)
+    def recall(self, ids: list[int]) -> tuple[list[int], History] | None:
+        """(the renderer's own copy of ``ids``, their history), or None for ids it does not know."""
+        try:
+            key = self._key(ids)
+            hash(key)
+        except TypeError:  # unhashable elements: not a prompt this renderer produced
+            return None
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != ids[-PROMPT_TAIL_TOKENS:]:
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
+            for own, history in self._entries.get(key, ()):
+                if own == ids:
+                    self._entries.move_to_end(key)
+                    return own, history
+        return None
 
 
 def history_of(renderer: "GeneratedRenderer", remembered: History | None, messages, tools) -> History | None:
@@ -267,9 +279,11 @@ def bridge_turn(
     messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
     prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
-    remembered = renderer.prompt_histories.recall(prompt) if sums_to_an_int(prompt) else None
-    if remembered is None:  # (a remembered prompt's ids are the renderer's own ints)
-        prompt = as_token_ids(prompt, "previous_prompt_ids")
+    found = renderer.prompt_histories.recall(prompt)
+    if found is None or not sums_to_an_int(prompt):  # (floats equal to a remembered prompt are refused too)
+        prompt, remembered = as_token_ids(prompt, "previous_prompt_ids"), None
+    else:  # equal to a prompt the renderer produced: go on from its own ints
+        prompt, remembered = found
     completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):

@@ -334,6 +334,28 @@ def tojson(
     sort_keys: bool = False,
 ) -> str:
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept by default."""
+    kind = type(value)
+    if kind is not TemplateDict and kind is not TemplateList:
+        return _json_text(value, ensure_ascii, indent, separators, sort_keys)
+    # The template's own copies of the input (template_data) never change: the bridge renders the
+    # same converted history turn after turn, so their text is remembered by identity.
+    options = (ensure_ascii, indent, separators, sort_keys)
+    remembered = _JSON_OF_WRAPPED.get(id(value))
+    if remembered is not None and remembered[0] is value and remembered[1] == options:
+        return remembered[2]
+    text = _json_text(value, ensure_ascii, indent, separators, sort_keys)
+    if len(_JSON_OF_WRAPPED) >= _JSON_REMEMBERED:
+        _JSON_OF_WRAPPED.clear()
+    _JSON_OF_WRAPPED[id(value)] = (value, options, text)  # (the value is held: its id is not reused)
+    return text
+
+
+#: id -> (TemplateDict / TemplateList, tojson options, text); cleared when full.
+_JSON_OF_WRAPPED: dict[int, tuple[Any, tuple, str]] = {}
+_JSON_REMEMBERED = 4096
+
+
+def _json_text(value: Any, ensure_ascii: bool, indent: int | str | None, separators, sort_keys: bool) -> str:
     if indent is not None and not sort_keys:  # json.dumps writes indented JSON in pure Python, slowly
         try:
             return _indented_json(value, indent, ensure_ascii, separators)
