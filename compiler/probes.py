@@ -304,14 +304,14 @@ class Prober:
         unfinished tool cycle (harmony drops a final answer's analysis): the turn with reasoning is
         the turn without it plus OPEN reasoning CLOSE in front."""
         calls = [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)]
-        with_reasoning = self.completion({"role": "assistant", "content": None, "reasoning_content": REASONING, "tool_calls": calls})
-        without = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
-        if not with_reasoning or not without or REASONING not in with_reasoning or FIRST_TOOL not in without:
-            return None
-        prefix = common_prefix(with_reasoning, without)
-        suffix = common_suffix(with_reasoning[len(prefix) :], without[len(prefix) :])
-        middle = with_reasoning[len(prefix) : len(with_reasoning) - len(suffix)]
-        if REASONING not in middle:
+        with_reasoning = {"role": "assistant", "content": None, "reasoning_content": REASONING, "tool_calls": calls}
+        without = {"role": "assistant", "content": None, "tool_calls": calls}
+        middle = reasoning_block(self.completion(with_reasoning), self.completion(without))
+        if middle is not None and not middle[: middle.index(REASONING)].strip():
+            # the generation prompt holds the open marker (Gemma-4 prefills an empty thought channel
+            # with thinking off, and a thought channel opens the turn): compare whole renders instead
+            middle = reasoning_block(self.render([USER, with_reasoning]), self.render([USER, without]))
+        if middle is None:
             return None
         open_marker, after_open = split_trailing_space(middle[: middle.index(REASONING)])
         before_close, close_and_after = split_leading_space(middle[middle.index(REASONING) + len(REASONING) :])
@@ -675,6 +675,17 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
 
 
 # --- string helpers ------------------------------------------------------------------
+
+
+def reasoning_block(with_reasoning: str | None, without: str | None) -> str | None:
+    """The text a turn with reasoning has that the same turn without it lacks (None when that is not
+    one block holding the reasoning), cut back to whole pieces at its start."""
+    if not with_reasoning or not without or REASONING not in with_reasoning or FIRST_TOOL not in without:
+        return None
+    prefix = back_to_boundary(common_prefix(with_reasoning, without))
+    suffix = common_suffix(with_reasoning[len(prefix) :], without[len(prefix) :])
+    middle = with_reasoning[len(prefix) : len(with_reasoning) - len(suffix)]
+    return middle if REASONING in middle else None
 
 
 def common_prefix(a: str, b: str) -> str:

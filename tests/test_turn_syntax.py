@@ -232,3 +232,38 @@ def test_every_style_parses_its_own_turn_back_and_bridges_without_a_miss(tmp_pat
     if full[: len(prompt) + len(completion)] == prompt + completion:  # an exact extension exists
         bridged = renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER])
         assert bridged is not None and bridged.token_ids == full
+
+
+# Gemma-4 style: with thinking off the generation prompt prefills an empty thought channel, and a
+# turn keeps its reasoning only when it calls a tool (a final answer's thought is dropped).
+PREFILLED_THOUGHT = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|turn>user\n{{ m.content }}<turn|>\n"
+    "{% elif m.role == 'assistant' %}<|turn>model\n"
+    "{% if m.reasoning_content and m.tool_calls %}<|channel>thought\n{{ m.reasoning_content }}\n<channel|>{% endif %}"
+    "{% for call in m.tool_calls or [] %}<|tool_call>{{ call.function.name }}({{ call.function.arguments | tojson }})<tool_call|>{% endfor %}"
+    "{{ m.content or '' }}<turn|>\n"
+    "{% elif m.role == 'tool' %}<|turn>tool\n{{ m.content }}<turn|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}{% endif %}"
+)
+
+
+def test_reasoning_markers_are_learned_when_the_generation_prompt_prefills_them(tmp_path):
+    """The open marker is in the generation prompt (an empty thought channel) and only a tool-calling
+    turn shows the reasoning: the markers come from whole renders of that turn with and without it."""
+    renderer_class, compiled = compile_inline(tmp_path, "prefilled", PREFILLED_THOUGHT)
+    reasoning = renderer_class.REASONING
+    assert reasoning is not None, renderer_class.__doc__
+    assert (reasoning.open, reasoning.close, reasoning.after_open, reasoning.before_close) == (
+        "<|channel>thought", "<channel|>", "\n", "\n"
+    )
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, enable_thinking=True)
+    turn = {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "Look it up first.",
+        "tool_calls": [{"type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}],
+    }
+    prompt, completion = sampled(renderer, [USER], turn)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert parsed.reasoning_content == "Look it up first."
+    assert [call.name for call in parsed.tool_calls] == ["lookup"] and parsed.tool_calls[0].arguments == {"q": "x"}
