@@ -273,14 +273,9 @@ class GeneratedRenderer(ABC):
             for position, tool in enumerate(tools):
                 if not isinstance(tool, dict):
                     raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
-        prepared = []
-        for message in self.normalize_messages(messages):
-            message = {key: value for key, value in message.items() if value is not None}
-            reasoning = next((message[key] for key in REASONING_FIELDS if message.get(key) is not None), None)
-            if reasoning is not None:
-                message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-            prepared.append(message)
-        return jinja.template_data(prepared), jinja.template_data(tools)
+        template_message = jinja.template_message
+        prepared = [template_message(message, REASONING_FIELDS) for message in self.normalize_messages(messages)]
+        return jinja.TemplateList(prepared), jinja.template_data(tools)
 
     # --- rendering ------------------------------------------------------------------
 

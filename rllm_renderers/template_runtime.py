@@ -40,7 +40,10 @@ For the translator:
 
 from __future__ import annotations
 
-from datetime import datetime
+import locale
+import re
+import time
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from .template_filters import *  # noqa: F401,F403  (re-exported: generated code calls jinja.<filter>)
@@ -83,8 +86,37 @@ def missing_filter_or_test(kind: str, name: str, *evaluated: Any) -> Any:
 
 
 def strftime_now(format: str) -> str:
-    """transformers' ``strftime_now(format)``: the local time now."""
-    return datetime.now().strftime(format)
+    """transformers' ``strftime_now(format)``: the local time now.
+
+    A format of date fields only (``"%d %b %Y"``, ``"%Y-%m-%d"``: what templates write) gives the
+    same text all day, so its text is kept with the local day, the ``LC_TIME`` locale (month and
+    day names) and the time zone it holds for, and formatted again once any of them is different.
+    """
+    remembered = _DATE_TEXTS.get(format) if type(format) is str else None
+    if remembered is not None:
+        day_start, day_end, names, text = remembered
+        if day_start <= time.time() < day_end and names == _date_setting():
+            return text
+    now = datetime.now()
+    text = now.strftime(format)
+    if type(format) is str and _DATE_ONLY_FORMAT.match(format):
+        midnight = datetime(now.year, now.month, now.day)
+        if len(_DATE_TEXTS) >= 64:
+            _DATE_TEXTS.clear()
+        day = (midnight.timestamp(), (midnight + timedelta(days=1)).timestamp())
+        _DATE_TEXTS[format] = (*day, _date_setting(), text)
+    return text
+
+
+def _date_setting() -> tuple[str, tuple[str, str]]:
+    """What else a date's text and the local day depend on: the ``LC_TIME`` locale and the time zone."""
+    return locale.setlocale(locale.LC_TIME), time.tzname
+
+
+#: Directives whose text depends on the local date only (no time of day, no time zone).
+_DATE_ONLY_FORMAT = re.compile(r"(?:[^%]|%[aAbBdDeFjmyY%])*\Z")
+#: format -> (local day start, next local day start (POSIX timestamps), _date_setting(), its text).
+_DATE_TEXTS: dict[str, tuple[float, float, tuple, str]] = {}
 
 
 MAX_RANGE = 100_000

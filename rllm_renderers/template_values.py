@@ -30,6 +30,7 @@ __all__ = [
     "TemplateStr",
     "Namespace",
     "template_data",
+    "template_message",
     "MISSING",
     "getitem",
     "getattribute",
@@ -285,6 +286,26 @@ def template_data(value: Any) -> Any:
 
 
 _JSON_SCALARS = frozenset([int, float, bool, type(None)])
+
+
+def template_message(message: dict, reasoning_fields: tuple[str, ...] = ()) -> TemplateDict:
+    """One input message as transformers hands it to the template, wrapped: keys whose value is None
+    dropped, and, when one of ``reasoning_fields`` holds a value (the first that does), that value
+    also under ``"thinking"`` (first) and ``"reasoning_content"`` (last) unless the message sets them.
+
+    ``template_data`` of that dict, built in one pass: string values (the common case) are wrapped
+    here rather than by a call per value.
+    """
+    wrapped = {
+        key: TemplateStr(value) if type(value) is str else template_data(value)
+        for key, value in message.items()
+        if value is not None
+    }
+    for field in reasoning_fields:
+        reasoning = wrapped.get(field)
+        if reasoning is not None:
+            return TemplateDict({"thinking": reasoning, **wrapped, "reasoning_content": reasoning})
+    return TemplateDict(wrapped)
 
 
 def soft_str(value: Any) -> str:

@@ -543,6 +543,38 @@ def test_namespace_and_strftime_now():
     assert jinja_outcome("{{ capture(strftime_now('%Y')) }}") == outcome(lambda: jinja.strftime_now("%Y"))
 
 
+@pytest.mark.parametrize("format", ["%Y-%m-%d", "%d %b %Y", "%A %B %j %%d", "%H:%M:%S", "%s", "%c", "no fields"])
+def test_strftime_now_is_the_local_time_now(format):
+    """Date-only formats are remembered for the local day; the text is always what transformers writes."""
+    from datetime import datetime
+
+    for _ in range(2):  # the second call may come from memory
+        assert jinja.strftime_now(format) == datetime.now().strftime(format)
+    from rllm_renderers import template_runtime
+
+    assert (format in template_runtime._DATE_TEXTS) == (format in ("%Y-%m-%d", "%d %b %Y", "%A %B %j %%d", "no fields"))
+
+
+def test_strftime_now_forgets_another_day_locale_or_time_zone():
+    from datetime import datetime
+
+    from rllm_renderers import template_runtime
+
+    format = "%d %b %Y"
+    jinja.strftime_now(format)
+    start, end, setting, _ = template_runtime._DATE_TEXTS[format]
+    today = datetime.now().strftime(format)
+    stale = [
+        (start - 86400, start, setting),  # yesterday's entry
+        (end, end + 86400, setting),  # tomorrow's (the clock went back)
+        (start, end, ("another locale", setting[1])),
+        (start, end, (setting[0], ("XST", "XDT"))),
+    ]
+    for day_start, day_end, other in stale:
+        template_runtime._DATE_TEXTS[format] = (day_start, day_end, other, "wrong text")
+        assert jinja.strftime_now(format) == today
+
+
 # --- the registries -------------------------------------------------------------------------------
 
 
@@ -747,3 +779,34 @@ def test_indented_tojson_leaves_the_rest_to_json_dumps():
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"],
               "properties": {"a": {"type": "number", "default": 1.5}, "b": {"enum": [True, None, "é"]}}}}}]  # fmt: skip
     assert template_filters._indented_json(jinja.template_data(tools), 4, False, None) == json.dumps(tools, indent=4, ensure_ascii=False)
+
+
+# --- input messages as the template sees them --------------------------------------------------
+
+_json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+_json_values = st.recursive(
+    _json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8
+)
+_message_keys = st.sampled_from(["role", "content", "reasoning_content", "thinking", "reasoning", "tool_calls", "name", "x"])
+
+
+def _wrapped_shape(value: Any) -> Any:
+    """A value with its wrapper types spelled out, so that equal shapes mean equal template data."""
+    if isinstance(value, dict):
+        return (type(value), [(key, _wrapped_shape(item)) for key, item in value.items()])
+    if isinstance(value, list):
+        return (type(value), [_wrapped_shape(item) for item in value])
+    return (type(value), value)
+
+
+@FUZZ
+@given(st.dictionaries(_message_keys, _json_values, max_size=6))
+def test_template_message_is_the_message_as_transformers_hands_it(message):
+    """``template_message`` is ``template_data`` of the message with None values dropped and the first
+    reasoning field aliased as ``thinking`` (first) and ``reasoning_content`` (last)."""
+    fields = ("reasoning_content", "thinking", "reasoning")
+    plain = {key: value for key, value in message.items() if value is not None}
+    reasoning = next((plain[key] for key in fields if key in plain), None)
+    if reasoning is not None:
+        plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
+    assert _wrapped_shape(jinja.template_message(message, fields)) == _wrapped_shape(jinja.template_data(plain))
