@@ -226,7 +226,13 @@ class Prober:
                 continue
             text, start = found
             header = text[start : text.index(needle, start)]
-            marker = first_added_token(header, self.added_tokens) or header.strip()
+            marker = first_added_token(header, self.added_tokens)
+            if marker is None:
+                # A header without a marker (Apertus opens tool results with a bare `[`) is a stop
+                # only when it reads as one (`User:`); else the assistant's own turn ends at its
+                # last marker (`<|tools_suffix|>`), which the model samples before the header.
+                own = messages[0]["tool_calls"][0]["function"]["name"] if messages[0].get("tool_calls") else CONTENT
+                marker = own_end_marker(text[:start], own, self.added_tokens) or word_like(header.strip())
             if marker and marker not in headers:
                 headers.append(marker)
         return headers
@@ -798,6 +804,19 @@ def last_added_token(text: str, added_tokens: frozenset[str]) -> str | None:
         if stripped.endswith(token):
             return token
     return None
+
+
+def own_end_marker(text: str, needle: str, added_tokens: frozenset[str]) -> str | None:
+    """The marker ``text`` ends with after its last ``needle`` (what a turn holding the needle ends
+    with), or None."""
+    at = text.rfind(needle)
+    return last_added_token(text[at + len(needle) :], added_tokens) if at >= 0 else None
+
+
+def word_like(text: str) -> str:
+    """``text`` when it holds a letter or digit (``User:``, ``### Human``), else ""; bare punctuation
+    (``[``) also starts ordinary text and cannot stop a generation."""
+    return text if any(char.isalnum() for char in text) else ""
 
 
 def last_marker(text: str, added_tokens: frozenset[str]) -> str:

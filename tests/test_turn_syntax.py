@@ -267,3 +267,37 @@ def test_reasoning_markers_are_learned_when_the_generation_prompt_prefills_them(
     parsed = renderer.parse_response(completion, prompt_ids=prompt)
     assert parsed.reasoning_content == "Look it up first."
     assert [call.name for call in parsed.tool_calls] == ["lookup"] and parsed.tool_calls[0].arguments == {"q": "x"}
+
+
+# Apertus style: the assistant turn stays open through its tool results, which open with a bare
+# `[`; only a user message closes it (`<|a_end|>`, written as the user message starts).
+BARE_BRACKET_TOOL_HEADER = (
+    "{% set ns = namespace(open=false) %}{% for m in messages %}"
+    "{% if m.role == 'user' %}{% if ns.open %}<|a_end|>{% set ns.open = false %}{% endif %}<|u|>{{ m.content }}<|u_end|>"
+    "{% elif m.role == 'assistant' %}{% if not ns.open %}<|a|>{% set ns.open = true %}{% endif %}{{ m.content or '' }}"
+    "{% if m.tool_calls %}<|calls|>[{% for c in m.tool_calls %}{{ '{\"' + c.function.name + '\": ' + c.function.arguments | tojson + '}' }}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]<|calls_end|>{% endif %}"
+    "{% elif m.role == 'tool' %}[{{ m.content }}]{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|a|>{% endif %}"
+)
+
+
+def test_a_bare_punctuation_header_is_no_stop_the_turn_ends_at_its_own_last_marker(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "bare_bracket", BARE_BRACKET_TOOL_HEADER)
+    assert renderer_class.TURN.close == ""
+    # `[` starts ordinary text; a tool-calling turn ends where the model stops, after its calls
+    assert renderer_class.TURN.stop_tokens == ("<|a_end|>", "<|calls_end|>")
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": "See [1] and [2]."}
+    completion = renderer.encoder.encode("See [1] and [2].<|a_end|>")
+    assert renderer.parse_response(completion).content == answer["content"]
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+    calling = renderer.parse_response(renderer.encoder.encode('<|calls|>[{"lookup": {"q": "x"}}]<|calls_end|>'))
+    assert [(c.name, c.arguments) for c in calling.tool_calls] == [("lookup", {"q": "x"})]
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    result = {"role": "tool", "content": "found", "tool_call_id": "c1"}
+    full = renderer.render_ids([USER, turn, result], add_generation_prompt=True)
+    sampled_ids = full[len(prompt) : len(prompt) + len(renderer.encoder.encode('<|calls|>[{"lookup": {"q": "x"}}]<|calls_end|>'))]
+    bridged = renderer.bridge_to_next_turn(prompt, sampled_ids, [result])
+    assert bridged is not None and bridged.token_ids == full
