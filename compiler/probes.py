@@ -157,6 +157,9 @@ class Prober:
         completion = self.completion({"role": "assistant", "content": CONTENT})
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
+        if not self.renders_messages_one_by_one([USER, {"role": "assistant", "content": CONTENT}]):
+            # Granite Guardian quotes the last two messages inside one user turn, for a classifier
+            raise ProbeError("the template writes an assistant message inside another message's text, not as its own turn")
         last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
         content_lead = completion[: completion.index(CONTENT)]
         between = self.text_before_last_message(
@@ -188,6 +191,15 @@ class Prober:
     def stop_of(self, close: str) -> str:
         """The string a model's generation stops at for ``close``: its first marker, else its text."""
         return first_added_token(close, self.added_tokens) or close.strip()
+
+    def renders_messages_one_by_one(self, messages: list[dict]) -> bool:
+        """Whether the render of ``messages`` has any message's own part (a template that loops over
+        them), rather than only text about them."""
+        try:
+            output = self.renderer._render_output(messages, None, False)
+        except ValueError:
+            return True  # the probes that follow say why they cannot learn from it
+        return any(index >= 0 for _, index in output.message_spans())
 
     def last_message_start(self, messages: list[dict]) -> tuple[str, int] | None:
         """The text of ``messages`` and where the template starts rendering the last one."""

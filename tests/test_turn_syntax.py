@@ -301,3 +301,20 @@ def test_a_bare_punctuation_header_is_no_stop_the_turn_ends_at_its_own_last_mark
     sampled_ids = full[len(prompt) : len(prompt) + len(renderer.encoder.encode('<|calls|>[{"lookup": {"q": "x"}}]<|calls_end|>'))]
     bridged = renderer.bridge_to_next_turn(prompt, sampled_ids, [result])
     assert bridged is not None and bridged.token_ids == full
+
+
+# Granite Guardian style: the conversation is quoted inside one user turn for a classifier; no
+# message is rendered as an assistant turn of its own, so no turn fact describes one.
+QUOTES_CONVERSATION = (
+    "{% set last = messages[-1] %}{% set prev = messages[-2] if messages|length > 1 else none %}"
+    "<|start|>user<|sep|>Judge this.\n"
+    "{% if last.role == 'assistant' %}User: {{ prev.content }}\nAssistant: {{ last.content }}\n"
+    "{% else %}User: {{ last.content }}\n{% endif %}<end_of_turn><|end|>\n"
+    "{% if add_generation_prompt %}<|start|>assistant<|sep|>{% endif %}"
+)
+
+
+def test_an_assistant_message_quoted_inside_another_turn_is_not_learned_as_a_turn(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "quotes", QUOTES_CONVERSATION)
+    assert renderer_class.TURN is None
+    assert "inside another message's text" in renderer_class.UNLEARNED["turn"]
