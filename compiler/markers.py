@@ -12,8 +12,9 @@ span boundaries: real parity needs the real tokenizer.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from jinja2 import nodes
 
@@ -47,6 +48,41 @@ def template_literals(ast: nodes.Template) -> list[str]:
 def template_markers(ast: nodes.Template, extra: Iterable[str] = ()) -> frozenset[str]:
     """The marker strings among the template's literals, plus ``extra`` (e.g. placeholder values)."""
     return markers_in(template_literals(ast)) | frozenset(value for value in extra if value)
+
+
+#: Needle conversations whose text holds no marker: a marker in their render was written by the
+#: template, also one it computes (``'<think{}>'.format(tag)``, ``'<|' ~ role ~ '|>'``).
+_NEEDLE_TOOLS = [{"type": "function", "function": {"name": "fnq7", "description": "dq7", "parameters": {"type": "object", "properties": {"akq7": {"type": "string"}}}}}]
+_NEEDLE_CALL = {"id": "inq7xaaaa", "type": "function", "function": {"name": "fnq7", "arguments": {"akq7": "avq7"}}}
+_NEEDLE_CONVERSATIONS = [
+    ([{"role": "user", "content": "uq7"}], None),
+    ([{"role": "system", "content": "sq7"}, {"role": "user", "content": "uq7"}], None),
+    ([{"role": "user", "content": "uq7"}, {"role": "assistant", "content": "cnq7", "reasoning_content": "rnq7"}], None),
+    (
+        [
+            {"role": "user", "content": "uq7"},
+            {"role": "assistant", "content": "", "tool_calls": [_NEEDLE_CALL]},
+            {"role": "tool", "content": "tq7", "tool_call_id": "inq7xaaaa"},
+            {"role": "assistant", "content": "cnq8"},
+        ],
+        _NEEDLE_TOOLS,
+    ),
+]
+
+
+def rendered_markers(render: Callable[..., str]) -> frozenset[str]:
+    """The marker strings in the template's renders of needle conversations
+    (``render(messages, tools=..., add_generation_prompt=...)``; one it rejects is skipped)."""
+    found: set[str] = set()
+    for messages, tools in _NEEDLE_CONVERSATIONS:
+        given = json.dumps([messages, tools], ensure_ascii=False)
+        for add_generation_prompt in (False, True):
+            try:
+                text = render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+            except Exception:  # noqa: BLE001 - a template may refuse any of these; the others still count
+                continue
+            found.update(marker for marker in MARKER_PATTERN.findall(text) if marker not in given)
+    return frozenset(found)
 
 
 def synthetic_tokenizer(special_strings: Iterable[str], special_tokens: dict[str, str]):

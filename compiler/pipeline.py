@@ -29,7 +29,7 @@ from .errors import CompileError, SourceError, VerificationError
 from .index import INDEX_FILE, index_source
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
-from .markers import synthetic_tokenizer, template_markers
+from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .probes import ProbeFacts, probe
 from .source import TemplateSource
 from .stability import measure_prefix_stability
@@ -55,6 +55,8 @@ class Prepared:
     # marker strings; parity says which ("tokens" / "structural" / "text")
     check_tokenizer: Any = None
     parity: str = "text"
+    # without a tokenizer, the marker strings the template writes (its literals and its renders)
+    markers: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -89,16 +91,15 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
 
 
 def added_token_strings(
-    tokenizer: Any, facts: TemplateFacts, placeholders: dict[str, str], declared: tuple[str, ...] = ()
+    tokenizer: Any, facts: TemplateFacts, placeholders: dict[str, str], markers: frozenset[str] = frozenset()
 ) -> frozenset[str]:
-    """The tokenizer's added tokens; without a tokenizer, the marker strings the template writes
-    plus those an override declares (``added_tokens`` in its ``.json``). Placeholder values of
-    run-time special tokens count as markers either way."""
+    """The tokenizer's added tokens; without a tokenizer, the template's ``markers`` (see
+    :func:`prepare_source`). Placeholder values of run-time special tokens count as markers either way."""
     if tokenizer is not None:
         from rllm_renderers.tokenization import text_encoder_for
 
         return text_encoder_for(tokenizer).added_token_strings | frozenset(placeholders.values())
-    return template_markers(facts.ast, [*facts.special_tokens.values(), *placeholders.values(), *declared])
+    return markers | frozenset(facts.special_tokens.values()) | frozenset(placeholders.values())
 
 
 def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> ProbeFacts:
@@ -107,7 +108,7 @@ def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> Pro
     renderer = renderer_class(tokenizer, special_tokens=placeholders, **dict(features.base_knobs))
     eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
-    markers = added_token_strings(tokenizer, facts, placeholders, prepared.source.added_tokens)
+    markers = added_token_strings(tokenizer, facts, placeholders, prepared.markers)
     turn = probe(renderer, markers, eos)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
@@ -129,14 +130,17 @@ def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | N
     known = {name: value for name, value in known.items() if isinstance(value, str)}
     ast = parse_template(source.source, source.display_name)
     placeholders = {name: special_token_placeholder(name) for name in special_tokens_read(ast) if name not in known}
-    check_tokenizer, parity = tokenizer, "tokens"
+    check_tokenizer, parity, markers = tokenizer, "tokens", frozenset()
     if tokenizer is None:
+        # the literals' markers, and those the template computes (Hunyuan's '<think{}>'.format(tag))
+        text_only = TemplateOracle(source.source, special_tokens={**placeholders, **given})
         markers = template_markers(ast, [*placeholders.values(), *given.values(), *source.added_tokens])
+        markers |= rendered_markers(text_only.render_text)
         check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
         parity = "structural" if markers else "text"
     oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})
     facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
-    return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity)
+    return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity, markers)
 
 
 def compile_source(

@@ -286,6 +286,15 @@ class Prober:
             )
             open_marker, after_open = split_trailing_space(prefill)
             open_marker = last_marker(open_marker, self.added_tokens)
+            # ... unless the prompt closes an empty block (Hunyuan's `<think></think>` with thinking
+            # off): the marker the reasoning itself follows in the turn's render opens it
+            whole = self.render([USER, {"role": "assistant", "content": CONTENT, "reasoning_content": REASONING}]) or ""
+            lead, space = split_trailing_space(whole[: whole.find(REASONING)] if REASONING in whole else "")
+            opener = last_added_token(lead, self.added_tokens)
+            plain = self.render([USER, {"role": "assistant", "content": CONTENT}]) or ""
+            header = last_added_token(plain[: plain.find(CONTENT)], self.added_tokens) if CONTENT in plain else None
+            if opener is not None and opener not in (open_marker, header) and opener not in self.stop_tokens:
+                open_marker, after_open = opener, space
         before_close, close_and_after = split_leading_space(between)
         # The content may be introduced by its own marker (gpt-oss: <|channel|>final<|message|>): it is the
         # text a plain answer carries before its content.

@@ -69,7 +69,9 @@ def parse_text(
     # (so also True for a template without reasoning)
     reasoning_complete = True
     if reasoning is not None:
-        in_reasoning = reasoning_prefilled
+        # no open marker: the turn starts in its reasoning (Apriel's prompt ends "Here are my
+        # reasoning steps:\n" and the model writes them up to "[BEGIN FINAL RESPONSE]")
+        in_reasoning = reasoning_prefilled or not reasoning.open
         stripped = text.lstrip()
         if not in_reasoning and reasoning.open and stripped.startswith(reasoning.open):
             position = len(text) - len(stripped) + len(reasoning.open)

@@ -318,3 +318,51 @@ def test_an_assistant_message_quoted_inside_another_turn_is_not_learned_as_a_tur
     renderer_class, _ = compile_inline(tmp_path, "quotes", QUOTES_CONVERSATION)
     assert renderer_class.TURN is None
     assert "inside another message's text" in renderer_class.UNLEARNED["turn"]
+
+
+# Hunyuan style: the markers are computed ('<think{}>'.format(tag)), and with thinking off the
+# generation prompt closes an empty reasoning block (`<think:x></think:x>`).
+COMPUTED_MARKERS = (
+    "{%- set tag = ':x' %}{%- set eot = '<|eot{}|>'.format(tag) %}"
+    "{%- set think, end_think = '<think{}>'.format(tag), '</think{}>'.format(tag) %}"
+    "{% for m in messages %}{% if m.role == 'user' %}<|u|>{{ m.content }}{{ eot }}"
+    "{% elif m.role == 'assistant' %}<|a|>{{ think + (m.reasoning_content or '') + end_think }}{{ m.content }}{{ eot }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|a|>{{ think if enable_thinking else think + end_think }}{% endif %}"
+)
+
+
+def test_computed_markers_are_markers_and_open_the_reasoning_block(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "computed", COMPUTED_MARKERS)
+    # found in the template's renders, not only among its literals (`<|eot{}|>`)
+    assert {"<|eot:x|>", "<think:x>", "</think:x>"} <= set(compiled.check_tokenizer.get_added_vocab())
+    assert renderer_class.TURN.close == "<|eot:x|>"
+    reasoning = renderer_class.REASONING
+    assert (reasoning.open, reasoning.close) == ("<think:x>", "</think:x>")
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, enable_thinking=True)
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    parsed = renderer.parse_response(renderer.encoder.encode("Hmm.</think:x>Four.<|eot:x|>"), prompt_ids=prompt)
+    assert (parsed.reasoning_content, parsed.content) == ("Hmm.", "Four.")
+    assert len(renderer.get_stop_token_ids()) == 1  # the close is a special token: it stops by id
+
+
+# Apriel style: the template always ends a conversation that does not end with the assistant with
+# a prompt asking for the reasoning in plain text (it ignores add_generation_prompt), and the
+# reasoning ends at a marker before the answer; no marker opens it.
+REASONING_WITHOUT_OPEN = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|user|>\n{{ m.content }}\n"
+    "{% elif m.role == 'assistant' %}<|assistant|>\n{% if m.reasoning_content and loop.last %}"
+    "{{ m.reasoning_content }}\n[FINAL]\n{% endif %}{{ m.content }}\n<|end|>\n{% endif %}"
+    "{% if loop.last and m.role != 'assistant' %}<|assistant|>\nSteps:\n{% endif %}{% endfor %}"
+)
+
+
+def test_reasoning_without_an_open_marker_starts_the_turn(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "noopen", REASONING_WITHOUT_OPEN)
+    assert (renderer_class.REASONING.open, renderer_class.REASONING.close) == ("", "[FINAL]")
+    renderer = structural_renderer(renderer_class, compiled)
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    parsed = renderer.parse_response(renderer.encoder.encode("Think.\n[FINAL]\nFour.\n<|end|>"), prompt_ids=prompt)
+    assert (parsed.reasoning_content, parsed.content, parsed.reasoning_complete) == ("Think.", "Four.", True)
+    unfinished = renderer.parse_response(renderer.encoder.encode("Still thinking"), prompt_ids=prompt)
+    assert (unfinished.reasoning_content, unfinished.content, unfinished.reasoning_complete) == ("Still thinking", "", False)
