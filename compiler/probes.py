@@ -383,6 +383,9 @@ class Prober:
         quote = key_value_quote(single)
         if quote is not None:
             return with_call_id(self.key_value_style(single, double, quote))
+        quote = keyword_quote(single)
+        if quote is not None:
+            return with_call_id(self.python_style(single, double, quote))
         if KEY_A in single and VALUE_A in single:
             return with_call_id(self.xml_style(single, double))
         raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
@@ -473,6 +476,25 @@ class Prober:
         return ToolCallFormat(
             style="key_value",
             name_end=single[name_at + len(FIRST_TOOL) : members_at],
+            string_quote=quote,
+            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+        )
+
+    def python_style(self, single: str, double: str | None, quote: str) -> ToolCallFormat:
+        """``NAME(key=VALUE, key=VALUE)``: keyword arguments, strings between ``quote`` (LFM2.5)."""
+        first, second = f"{KEY_A}={quote}{VALUE_A}{quote}", f"{KEY_B}={quote}{VALUE_B}{quote}"
+        name_at = single.index(FIRST_TOOL)
+        first_at = single.index(first, name_at)
+        second_at = single.find(second, first_at)
+        if second_at < 0 or single[first_at + len(first) : second_at].strip() != ",":
+            raise ProbeError(f"keyword tool-call arguments not separated by ',': {single!r}")
+        after_single = single[second_at + len(second) :]
+        after_first_in_double = None
+        if double is not None and FIRST_TOOL in double and first in double:
+            after_first_in_double = double[double.index(first, double.index(FIRST_TOOL)) + len(first) :]
+        return ToolCallFormat(
+            style="python",
+            name_end=single[name_at + len(FIRST_TOOL) : first_at],
             string_quote=quote,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
@@ -737,6 +759,19 @@ def key_value_quote(text: str) -> str | None:
         return None
     quote = text[key_at + len(KEY_A) + 1 : value_at]
     if not quote or "\n" in quote or not text.startswith(quote, value_at + len(VALUE_A)):
+        return None
+    return quote
+
+
+def keyword_quote(text: str) -> str | None:
+    """The quote around string values when arguments are written ``key=QUOTE value QUOTE``
+    (Python keyword arguments)."""
+    key_at = text.find(KEY_A + "=")
+    if key_at < 0:
+        return None
+    at = key_at + len(KEY_A) + 1
+    quote = text[at : at + 1]
+    if quote not in ("'", '"') or not text.startswith(VALUE_A + quote, at + 1):
         return None
     return quote
 

@@ -107,6 +107,10 @@ class ToolCallFormat:
     ``key_value`` style: ``call_start`` NAME ``name_end`` key:VALUE,key:VALUE ``call_end``, keys bare,
     string values between ``string_quote`` (unescaped), objects ``{key:VALUE,...}``, lists
     ``[VALUE,...]``, other values as Python writes them (``true``, ``5``, ``None``) (Gemma-4).
+    ``python`` style: ``call_start`` NAME ``name_end`` key=VALUE, key=VALUE ``call_end``: keyword
+    arguments whose values are Python literals with ``string_quote`` around strings (escaped), or
+    JSON for nested values; with no ``call_start`` the calls follow ``block_start``, separated by
+    commas (LFM2.5's ``<|tool_call_start|>[f(a='x'), g()]``).
     ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4),
     after ``block_end``, which closes the list of calls (LFM2's ``]<|tool_call_end|>``).
     """

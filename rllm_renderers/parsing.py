@@ -10,6 +10,7 @@ or truncated calls are recorded with a status, as PrimeIntellect's ``renderers``
 
 from __future__ import annotations
 
+import ast
 import json
 import operator
 import re
@@ -108,6 +109,12 @@ def parse_text(
 def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dict] | None) -> list[TextCall]:
     calls: list[TextCall] = []
     known_names = _tool_names(tools)
+    if syntax.style == "python" and not syntax.call_start:
+        calls = _python_calls(text, position, syntax)
+        for call in calls:
+            if call.status is ToolCallParseStatus.OK and known_names is not None and call.name not in known_names:
+                call.status = ToolCallParseStatus.UNKNOWN_TOOL
+        return calls
     while True:
         start = text.find(syntax.call_start, position)
         if start < 0 or not syntax.call_start:
@@ -149,6 +156,8 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
         call = _parse_key_value_arguments(text, start, body_at, syntax, name)
     elif syntax.style == "xml_tags":
         call = _parse_xml_elements(text, start, body_at, syntax, name, tools)
+    elif syntax.style == "python":
+        call = _parse_python_arguments(text, start, body_at, syntax, name)
     else:
         call = _parse_json_arguments(text, start, body_at, syntax, name)
     if call.status is ToolCallParseStatus.OK and not name:
@@ -228,6 +237,75 @@ def _parse_key_value_arguments(text: str, start: int, position: int, syntax: Too
         return TextCall(text[start : exc.position], start, exc.position, name, None, exc.status)
     end = position + len(syntax.call_end)
     return TextCall(text[start:end], start, end, name, arguments)
+
+
+_PYTHON_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+_PYTHON_SEPARATOR = re.compile(r"\s*,\s*")
+
+
+def _python_calls(text: str, position: int, syntax: ToolCallFormat) -> list[TextCall]:
+    """``NAME(key=VALUE, ...)`` calls, separated by commas, right after ``block_start`` (the
+    ``python`` style with nothing before each name: LFM2.5's ``[f(a='x'), g()]``)."""
+    calls: list[TextCall] = []
+    block = text.find(syntax.block_start, position) if syntax.block_start else -1
+    if block < 0:
+        return calls
+    at = block + len(syntax.block_start)
+    while True:
+        named = _PYTHON_NAME.match(text, at)
+        if named is None or not text.startswith(syntax.name_end, named.end()):
+            return calls
+        call = _parse_python_arguments(text, at, named.end() + len(syntax.name_end), syntax, named.group())
+        calls.append(call)
+        if call.status is not ToolCallParseStatus.OK:
+            return calls
+        separator = _PYTHON_SEPARATOR.match(text, call.end)
+        if separator is None:
+            return calls
+        at = separator.end()
+
+
+def _parse_python_arguments(text: str, start: int, position: int, syntax: ToolCallFormat, name: str) -> TextCall:
+    """``key=VALUE, ...`` then ``call_end`` (the ``python`` style): keyword arguments whose values
+    are Python or JSON literals (``'it\\'s'``, ``3``, ``True``, ``{"a": null}``). The arguments end at
+    the first ``call_end`` after which they parse as a call."""
+    end = text.find(syntax.call_end, position) if syntax.call_end else -1
+    while end >= 0:
+        try:
+            node = ast.parse(f"f({text[position:end]})", mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            end = text.find(syntax.call_end, end + 1)
+            continue
+        stop = end + len(syntax.call_end)
+        if not isinstance(node, ast.Call) or node.args or any(keyword.arg is None for keyword in node.keywords):
+            return TextCall(text[start:stop], start, stop, name, None, ToolCallParseStatus.MALFORMED_STRUCTURE)
+        try:
+            arguments = {keyword.arg: _python_literal(keyword.value) for keyword in node.keywords}
+        except (ValueError, RecursionError):
+            return TextCall(text[start:stop], start, stop, name, None, ToolCallParseStatus.MALFORMED_STRUCTURE)
+        return TextCall(text[start:stop], start, stop, name, arguments)
+    return TextCall(text[start:], start, len(text), name, status=ToolCallParseStatus.UNCLOSED_BLOCK)
+
+
+_PYTHON_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+def _python_literal(node: ast.AST) -> Any:
+    """A literal argument value; JSON's ``true``/``false``/``null`` too (a template writes nested
+    values with ``tojson``). Anything else (a call, a variable) is a ValueError."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _PYTHON_NAMES:
+        return _PYTHON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_python_literal(item) for item in node.elts]
+    if isinstance(node, ast.Dict) and all(key is not None for key in node.keys):
+        return {_python_literal(key): _python_literal(value) for key, value in zip(node.keys, node.values)}
+    raise ValueError("not a literal")
 
 
 class _KeyValueReader:

@@ -366,3 +366,46 @@ def test_reasoning_without_an_open_marker_starts_the_turn(tmp_path):
     assert (parsed.reasoning_content, parsed.content, parsed.reasoning_complete) == ("Think.", "Four.", True)
     unfinished = renderer.parse_response(renderer.encoder.encode("Still thinking"), prompt_ids=prompt)
     assert (unfinished.reasoning_content, unfinished.content, unfinished.reasoning_complete) == ("Still thinking", "", False)
+
+
+# LFM2.5 style: calls written as Python calls with keyword arguments, strings quoted and escaped,
+# nested values as JSON, in one bracketed list after a marker.
+PYTHON_CALLS = (
+    "{%- macro value(v) -%}{%- if v is string -%}{{ \"'\" + (v | replace(\"\\\\\", \"\\\\\\\\\") | replace(\"'\", \"\\\\'\")) + \"'\" }}"
+    "{%- elif v is mapping or (v is iterable and v is not string) -%}{{ v | tojson }}{%- else -%}{{ v | string }}{%- endif -%}{%- endmacro -%}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{% if m.tool_calls %}<|tool_call_start|>[{% for c in m.tool_calls %}{{ c.function.name }}("
+    "{% for k, v in c.function.arguments.items() %}{{ k }}={{ value(v) }}{% if not loop.last %}, {% endif %}{% endfor %})"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]<|tool_call_end|>{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_python_style_calls_are_learned_and_parsed(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "python_calls", PYTHON_CALLS)
+    syntax = renderer_class.TOOL_CALLS
+    assert (syntax.style, syntax.call_start, syntax.name_end, syntax.call_end, syntax.string_quote) == (
+        "python", "", "(", ")", "'"
+    )
+    assert syntax.block_start == "<|tool_call_start|>[" and not renderer_class.UNLEARNED
+    renderer = structural_renderer(renderer_class, compiled)
+    arguments = {"city": "it's (Paris)", "n": -3, "flag": True, "opts": {"a": [1, None]}}
+    turn = {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "lookup", "arguments": arguments}},
+            {"type": "function", "function": {"name": "noop", "arguments": {}}},
+        ],
+    }
+    prompt, completion = sampled(renderer, [USER], turn)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert parsed.content == "Checking."
+    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
+        ("lookup", arguments, "ok"), ("noop", {}, "ok")
+    ]
+    # code is not a literal, and a call the completion leaves open is unclosed
+    bad = renderer.parse_response(renderer.encoder.encode("<|tool_call_start|>[lookup(city=os.system('x'))]<|im_end|>"))
+    assert [call.status for call in bad.tool_calls] == ["malformed_structure"]
+    cut = renderer.parse_response(renderer.encoder.encode("<|tool_call_start|>[lookup(city='a)b'"))
+    assert [call.status for call in cut.tool_calls] == ["unclosed_block"]
