@@ -379,15 +379,15 @@ class Prober:
         double = None if double is None else double.replace(FIRST_ID, ID_SLOT).replace(SECOND_ID, ID_SLOT)
         rendered_arguments = find_json(single, arguments)
         if rendered_arguments is not None:
-            return with_call_id(self.json_style(single, double, rendered_arguments))
+            return free_of_needles(with_call_id(self.json_style(single, double, rendered_arguments)))
         quote = key_value_quote(single)
         if quote is not None:
-            return with_call_id(self.key_value_style(single, double, quote))
+            return free_of_needles(with_call_id(self.key_value_style(single, double, quote)))
         quote = keyword_quote(single)
         if quote is not None:
-            return with_call_id(self.python_style(single, double, quote))
+            return free_of_needles(with_call_id(self.python_style(single, double, quote)))
         if KEY_A in single and VALUE_A in single:
-            return with_call_id(self.xml_style(single, double))
+            return free_of_needles(with_call_id(self.xml_style(single, double)))
         raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
 
     def tool_completion(self, calls: list[dict], content: str | None = None) -> str | None:
@@ -788,6 +788,24 @@ def with_call_id(syntax: ToolCallFormat) -> ToolCallFormat:
     found = [item.name for item in dataclasses.fields(syntax) if ID_SLOT in str(getattr(syntax, item.name))]
     if found:
         raise ProbeError(f"the template writes a tool call's id where it cannot be read back (in {', '.join(found)})")
+    return syntax
+
+
+NEEDLES = (FIRST_TOOL, SECOND_TOOL, KEY_A, VALUE_A, KEY_B, VALUE_B, CONTENT)
+
+
+def free_of_needles(syntax: ToolCallFormat) -> ToolCallFormat:
+    """``syntax``, unless a delimiter holds a probe's value: a template that writes a call's name
+    twice (Muse Glimmer's ``to=NAME<|message|>...<atem:invoke name="NAME">``) has no fixed text
+    between the name and the arguments, and no delimiter learned from one render can match another."""
+    for item in dataclasses.fields(syntax):
+        value = getattr(syntax, item.name)
+        needle = next((needle for needle in NEEDLES if isinstance(value, str) and needle in value), None)
+        if needle is not None:
+            raise ProbeError(
+                f"the template writes a call's {'name' if needle in (FIRST_TOOL, SECOND_TOOL) else 'arguments'} "
+                f"where a delimiter should be ({item.name} {value!r}): the call syntax has no fixed delimiters"
+            )
     return syntax
 
 

@@ -409,3 +409,20 @@ def test_python_style_calls_are_learned_and_parsed(tmp_path):
     assert [call.status for call in bad.tool_calls] == ["malformed_structure"]
     cut = renderer.parse_response(renderer.encoder.encode("<|tool_call_start|>[lookup(city='a)b'"))
     assert [call.status for call in cut.tool_calls] == ["unclosed_block"]
+
+
+# Muse Glimmer style: the call's name is written twice, as the channel's recipient and in the
+# invoke element, so no fixed text separates the name from the arguments.
+NAME_TWICE = (
+    "{% for m in messages %}{% if m.role == 'assistant' and m.tool_calls %}"
+    "{% for c in m.tool_calls %}<|start|>assistant to={{ c.function.name }}<|message|><invoke name=\"{{ c.function.name }}\">"
+    "{% for k, v in c.function.arguments.items() %}<p name=\"{{ k }}\">{{ v }}</p>{% endfor %}</invoke><|eot|>{% endfor %}"
+    "{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|eot|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+
+def test_a_name_written_twice_leaves_the_call_syntax_unlearned(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "name_twice", NAME_TWICE)
+    assert renderer_class.TOOL_CALLS is None and renderer_class.TURN is not None
+    assert "writes a call's name where a delimiter should be" in renderer_class.UNLEARNED["tool_calls"]
