@@ -9,6 +9,11 @@ Each ``<name>.jinja`` in FOLDER is compiled with nothing but
 error, naming the construct and line), ``mismatch`` (verification found a difference), ``crash``
 (anything else: the last line of the traceback) or ``timeout``.
 
+A verified render can still carry wrong turn facts (a stop that cuts content, a reasoning marker
+that is not the template's), so each verified class is also read back: ``parse_response`` of what
+the template renders for a plain answer, a reasoning answer and tool-calling turns, after the
+generation prompt, against the turn itself (``round trip: ...`` in the detail when they differ).
+
     python scripts/heldout.py FOLDER [--cases 40] [--timeout 600] [--out /tmp/heldout] [--table FILE]
 
 The templates stay outside the repository: this is for checking generality on templates nobody
@@ -65,7 +70,110 @@ def compile_one(template: Path, out: Path, cases: int, timeout: float) -> Outcom
     except subprocess.TimeoutExpired:
         returncode, stdout, stderr = None, "", ""
     result, detail = classify(returncode, stdout, stderr)
+    module = out / template.stem / f"{template.stem}.py"
+    if result == "verified" and module.is_file():
+        command = [sys.executable, str(Path(__file__).resolve()), "--round-trip", str(template), str(module)]
+        try:
+            checked = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
+            problems = checked.stdout.strip() if checked.returncode == 0 else f"crash: {checked.stderr.strip()[-300:]}"
+        except subprocess.TimeoutExpired:
+            problems = "timeout"
+        if problems:
+            detail = f"{detail} | round trip: {problems}"
     return Outcome(template.stem, result, time.monotonic() - start, re.sub(r"\s+", " ", detail))
+
+
+def _call(name: str, arguments: dict, number: int) -> dict:
+    return {"id": f"call{number:05d}x", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+ROUND_TRIP_TURNS = {
+    "plain": {"role": "assistant", "content": "Fine, see [1] and (2)."},
+    "reasoning": {"role": "assistant", "content": "It is 4.", "reasoning_content": "Two and two."},
+    "one call": {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Paris", "n": 3}, 1)]},
+    "two calls": {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [_call("get_weather", {"city": "Paris"}, 1), _call("get_weather", {"city": "Rome", "n": 2}, 2)],
+    },
+}
+ROUND_TRIP_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    }
+]
+
+
+def round_trip(template: Path, module: Path) -> list[str]:
+    """What the compiled class reads back wrong from the template's own renders of assistant turns.
+
+    A turn is checked only where the model could have sampled it (the render after the generation
+    prompt extends the prompt), and only for what the render shows (a template that drops
+    reasoning or tool calls is not faulted for it); a turn the next message's header ends is read
+    from the render with that message.
+    """
+    from compiler.pipeline import load_generated_file, prepare_source
+    from compiler.source import resolve_source
+
+    prepared = prepare_source(resolve_source(f"heldout/{template.stem}", template=template, allow_hub=False))
+    renderer = load_generated_file(module)(prepared.check_tokenizer, special_tokens=prepared.placeholders)
+    if renderer.TURN is None or renderer.UNLEARNED:
+        return []  # parse_response degrades by design; generate said so
+    history = [{"role": "user", "content": "What is up?"}]
+    tools = None
+    for candidate in (ROUND_TRIP_TOOLS, [tool["function"] for tool in ROUND_TRIP_TOOLS], None):
+        try:
+            renderer.render_text(history, tools=candidate, add_generation_prompt=True)
+        except ValueError:
+            continue
+        tools = candidate
+        break
+    problems = []
+    for label, turn in ROUND_TRIP_TURNS.items():
+        follower = {"role": "user", "content": "ok"}
+        if turn.get("tool_calls"):
+            follower = {"role": "tool", "content": "sunny", "tool_call_id": "call00001x"}
+        try:
+            prompt = renderer.render_text(history, tools=tools, add_generation_prompt=True)
+            if renderer.TURN.close:
+                full = renderer.render_text(history + [turn], tools=tools)
+            else:
+                full = renderer.render_text(history + [turn, follower], tools=tools, add_generation_prompt=True)
+        except ValueError:
+            continue
+        if not full.startswith(prompt):
+            continue
+        completion = rendered = full[len(prompt) :]
+        stops = [(completion.find(stop), stop) for stop in renderer.get_stop_strings() if stop in completion]
+        if stops:
+            at, stop = min(stops)
+            header = renderer.generation_prompt().strip()
+            if renderer.TURN.close and header and header in rendered[at + len(stop) :]:
+                continue  # the template writes another turn for the same message (a call per turn)
+            completion = completion[: at + len(stop)]
+        parsed = renderer.parse_response(
+            renderer.encoder.encode(completion), tools=tools, prompt_ids=renderer.encoder.encode(prompt)
+        )
+        found = []
+        if turn["content"] and turn["content"] in rendered and (parsed.content or "").strip() != turn["content"]:
+            found.append(f"content {parsed.content!r}")
+        reasoning = turn.get("reasoning_content")
+        if reasoning and reasoning in rendered and parsed.reasoning_content != reasoning:
+            found.append(f"reasoning {parsed.reasoning_content!r}")
+        calls = turn.get("tool_calls") or []
+        if calls and "get_weather" in rendered:  # the template renders the calls
+            expected = [(call["function"]["name"], call["function"]["arguments"]) for call in calls]
+            got = [(call.name, call.arguments) for call in parsed.tool_calls]
+            if got != expected:
+                found.append(f"calls {got!r}")
+        if found:
+            problems.append(f"{label}: " + ", ".join(found) + f" from {completion!r}")
+    return problems
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -76,6 +184,10 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--round-trip"]:  # one verified class, in its own process (see compile_one)
+        print("; ".join(round_trip(Path(argv[1]), Path(argv[2]))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="a folder of <name>.jinja chat templates")
     parser.add_argument("--cases", type=int, default=40, help="conversations verified per template")

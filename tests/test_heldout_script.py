@@ -1,0 +1,46 @@
+"""scripts/heldout.py reads each verified class back: a wrong turn fact shows in its table."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ChatML-like, with tool calls and a closing marker: every fact is learnable.
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("heldout_script", ROOT / "scripts" / "heldout.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
+    heldout = load_script()
+    template = tmp_path / "chatml_tools.jinja"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
+    assert outcome.result == "verified" and "round trip" not in outcome.detail, outcome.detail
+    module = tmp_path / "out" / "chatml_tools" / "chatml_tools.py"
+    assert heldout.round_trip(template, module) == []
+    # a stop that also starts ordinary text (what Apertus's bare '[' header once became) cuts the content
+    code = module.read_text(encoding="utf-8")
+    broken = code.replace('stop_tokens=("<|im_end|>",)', 'stop_tokens=("<|im_end|>", "[")')
+    assert broken != code
+    module.write_text(broken, encoding="utf-8")
+    # (in a fresh process, as compile_one reads a class back: this one already imported the module)
+    command = [sys.executable, str(ROOT / "scripts" / "heldout.py"), "--round-trip", str(template), str(module)]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600, check=True)
+    assert done.stdout.startswith("plain: content 'Fine, see '"), done.stdout
