@@ -160,6 +160,15 @@ class Prober:
         if not self.renders_messages_one_by_one([USER, {"role": "assistant", "content": CONTENT}]):
             # Granite Guardian quotes the last two messages inside one user turn, for a classifier
             raise ProbeError("the template writes an assistant message inside another message's text, not as its own turn")
+        own = self.own_text([USER, {"role": "assistant", "content": CONTENT}], 1)
+        opener = self.renderer.generation_prompt()
+        if own is not None and opener.strip() and not common_prefix(own, opener).strip():
+            # Llama Guard transcribes the conversation ("Agent: ...") inside the user turn it ends
+            # with the request for a verdict, which is what the generation prompt opens
+            raise ProbeError(
+                f"the template writes an assistant message ({own[:40]!r}...) unlike the turn its generation "
+                f"prompt opens ({opener[:40]!r}...), not as its own turn"
+            )
         last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
         content_lead = completion[: completion.index(CONTENT)]
         between = self.text_before_last_message(
@@ -200,6 +209,19 @@ class Prober:
         except ValueError:
             return True  # the probes that follow say why they cannot learn from it
         return any(index >= 0 for _, index in output.message_spans())
+
+    def own_text(self, messages: list[dict], index: int) -> str | None:
+        """The text of message ``index``'s own part (None when the template marks none)."""
+        try:
+            output = self.renderer._render_output(messages, None, False)
+        except ValueError:
+            return None
+        spans, text = output.message_spans(), output.text()
+        for position, (start, owner) in enumerate(spans):
+            if owner == index:
+                end = spans[position + 1][0] if position + 1 < len(spans) else len(text)
+                return text[start:end]
+        return None
 
     def last_message_start(self, messages: list[dict]) -> tuple[str, int] | None:
         """The text of ``messages`` and where the template starts rendering the last one."""

@@ -426,3 +426,19 @@ def test_a_name_written_twice_leaves_the_call_syntax_unlearned(tmp_path):
     renderer_class, _ = compile_inline(tmp_path, "name_twice", NAME_TWICE)
     assert renderer_class.TOOL_CALLS is None and renderer_class.TURN is not None
     assert "writes a call's name where a delimiter should be" in renderer_class.UNLEARNED["tool_calls"]
+
+
+# Llama Guard style: the template loops over the messages, but transcribes them ("Agent: ...")
+# inside one user turn that asks for a verdict; the generation prompt opens that verdict, which is
+# unlike any assistant message's text.
+TRANSCRIBES_CONVERSATION = (
+    "<|start|>user<|sep|>Check this conversation.\n\n{% for m in messages %}"
+    "{{ ('User: ' if m.role == 'user' else 'Agent: ') + m.content }}\n\n{% endfor %}"
+    "Is the last message safe?<|eot|><|start|>assistant<|sep|>"
+)
+
+
+def test_an_assistant_message_transcribed_into_a_user_turn_is_not_learned_as_a_turn(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "transcribes", TRANSCRIBES_CONVERSATION)
+    assert renderer_class.TURN is None
+    assert "unlike the turn its generation prompt opens" in renderer_class.UNLEARNED["turn"]
