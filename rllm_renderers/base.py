@@ -122,6 +122,7 @@ class GeneratedRenderer(ABC):
         self._encoder = None
         self._parse_cache: _ParseFacts | None = None
         self._generation_prompt: str | None = None
+        self._turn_opening: str | None = None
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
 
@@ -164,6 +165,7 @@ class GeneratedRenderer(ABC):
         state["_encoder"] = None
         state["_parse_cache"] = None
         state["_generation_prompt"] = None
+        state["_turn_opening"] = None
         state["prompt_histories"] = PromptHistories()
         return state
 
@@ -390,7 +392,7 @@ class GeneratedRenderer(ABC):
         The header ends on a token boundary: a turn written without the header (DeepSeek-V4 after a
         system message) may share a character or two with it (``<`` of ``</think>``), not a token.
         """
-        prompt = self.generation_prompt()
+        prompt = self.turn_opening()
         ranges = []
         for index, (start, end) in message_ranges.items():
             if messages[index].get("role") != "assistant":
@@ -469,6 +471,29 @@ class GeneratedRenderer(ABC):
                     prompt = with_prompt[spans[-1][0] :]
             self._generation_prompt = prompt
         return self._generation_prompt
+
+    def turn_opening(self) -> str:
+        """The text that opens an assistant turn before the model samples: the generation prompt, or,
+        for a template that writes it inside the last message whatever ``add_generation_prompt`` says
+        (Apriel 1.6 sets the flag itself and opens the assistant turn at the end of the last user
+        message), what a render of one user message holds past the point where an assistant reply to
+        it starts ("" when the two renders differ before that point)."""
+        if self._turn_opening is None:
+            opening = self.generation_prompt()
+            if not opening:
+                probe = [{"role": "user", "content": "Hello."}]
+                for tools in (None, []):
+                    try:
+                        alone = self.render_text(probe, tools=tools, add_generation_prompt=True)
+                        reply = self._render_output([*probe, {"role": "assistant", "content": "Hi."}], tools, False)
+                    except jinja.TemplateError:
+                        continue
+                    starts = [offset for offset, index in reply.message_spans() if index == len(probe)]
+                    if starts and alone.startswith(reply.text()[: starts[0]]):
+                        opening = alone[starts[0] :]
+                    break
+            self._turn_opening = opening
+        return self._turn_opening
 
     def get_stop_token_ids(self) -> list[int]:
         """Ids of the stops that are single tokens of the tokenizer (the turn's own close first).

@@ -368,6 +368,18 @@ def test_reasoning_without_an_open_marker_starts_the_turn(tmp_path):
     assert (unfinished.reasoning_content, unfinished.content, unfinished.reasoning_complete) == ("Still thinking", "", False)
 
 
+def test_a_prompt_written_inside_the_last_message_opens_the_turn(tmp_path):
+    """The template opens the assistant turn at the end of the last user message whatever
+    add_generation_prompt says (Apriel 1.6): that text opens the turn, so the turn's
+    header is not marked as sampled."""
+    renderer_class, compiled = compile_inline(tmp_path, "noflag", REASONING_WITHOUT_OPEN)
+    renderer = structural_renderer(renderer_class, compiled)
+    assert renderer.turn_opening() == "<|assistant|>\nSteps:\n"
+    out = renderer.render([USER, {"role": "assistant", "content": "Four.", "reasoning_content": "Think."}])
+    sampled = renderer.decode([token for token, mask in zip(out.token_ids, out.sampled_mask) if mask])
+    assert sampled == "Think.\n[FINAL]\nFour.\n<|end|>"
+
+
 # LFM2.5 style: calls written as Python calls with keyword arguments, strings quoted and escaped,
 # nested values as JSON, in one bracketed list after a marker.
 PYTHON_CALLS = (
