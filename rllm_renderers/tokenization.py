@@ -224,11 +224,14 @@ def _keeps_offsets(backend) -> bool:
     return keeps(None if processor is None else json.loads(processor.__getstate__()))
 
 
+BACKENDS = ("auto", "hf", "fastokens", "tiktoken")
+
+
 def _requested_backend(backend: str | None) -> str:
-    """``"auto"`` or ``"hf"``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
+    """One of ``BACKENDS``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
     choice = backend or os.environ.get("RLLM_RENDERERS_ENCODER") or "auto"
-    if choice not in ("auto", "hf"):
-        raise ValueError(f"encoder backend must be 'auto' or 'hf', got {choice!r}")
+    if choice not in BACKENDS:
+        raise ValueError(f"encoder backend must be one of {', '.join(map(repr, BACKENDS))}; got {choice!r}")
     return choice
 
 
@@ -344,11 +347,14 @@ class TextEncoder:
         elif self._normalized and not self._identity_normalizer:
             self.backend_reason = "normalized added tokens under a normalizer"
         else:
-            from .fast_encoder import rank_bpe_plan
+            from .fast_encoder import ENGINES, span_bpe_for
 
-            self._rank_bpe, self.backend_reason = rank_bpe_plan(shared)
-        #: ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
-        self.backend = "tiktoken" if self._rank_bpe is not None else "hf"
+            engines = ENGINES if requested == "auto" else (requested,)
+            self._rank_bpe, self.backend_reason = span_bpe_for(shared, engines)
+        #: ``"fastokens"``, ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
+        self.backend = self._rank_bpe.engine if self._rank_bpe is not None else "hf"
+        # One engine call per text (no cache, no offsets): fastokens' segment list.
+        self._encode_text = getattr(self._rank_bpe, "encode_text", None)
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
         self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
@@ -475,23 +481,22 @@ class TextEncoder:
         if with_offsets and not self._offsets_from_lengths:
             return self._hf_encode(spans, True, hide)
         if not with_offsets and not self._cache.size and self._rank_bpe is not None and not self._rank_bpe.shortcut_only:
-            # no cache, no offsets, no span the library must encode: straight to tiktoken
-            encode = self._rank_bpe.encode
-            return [(encode(span), []) for span in spans]
-        kind = "tiktoken" if self._rank_bpe is not None else hide
+            # no cache, no offsets, no span the library must encode: straight to the engine
+            return [(ids, []) for ids in self._rank_bpe.encode_many(spans)]
+        kind = self.backend if self._rank_bpe is not None else hide
         cache = self._cache
         results: list[Any] = [cache.get((kind, span)) for span in spans]
         missing = [index for index, ids in enumerate(results) if ids is None]
         fresh_starts: dict[int, list[int] | None] = {}
         if missing:
             if self._rank_bpe is not None:
+                missing_spans = [spans[index] for index in missing]
                 if with_offsets:  # one NFC per span for both
-                    pairs = [self._rank_bpe.encode_with_starts(spans[index]) for index in missing]
+                    pairs = self._rank_bpe.encode_many_with_starts(missing_spans)
                     fresh = [ids for ids, _ in pairs]
                     fresh_starts = {index: starts for index, (_, starts) in zip(missing, pairs)}
                 else:
-                    encode = self._rank_bpe.encode
-                    fresh = [encode(spans[index]) for index in missing]
+                    fresh = self._rank_bpe.encode_many(missing_spans)
                 refused = [at for at, ids in enumerate(fresh) if ids is None]  # shortcut-only tokens: HF's
                 if refused:
                     library = self._hf_encode([spans[missing[at]] for at in refused], False, hide)
@@ -549,6 +554,11 @@ class TextEncoder:
             if own_second_pass and self._normalized_pattern is not None:
                 pieces = self._second_pass(text, pieces, ranges)
             pieces_per_text.append(pieces)
+
+        if self._encode_text is not None and not with_offsets and not self._cache.size:
+            whole = [self._encode_text(text, pieces) for text, pieces in zip(texts, pieces_per_text)]
+            if None not in whole:
+                return [(ids, []) for ids in whole]
 
         spans = [text[start:end] for text, pieces in zip(texts, pieces_per_text) for start, end, id_ in pieces if id_ is None]
         encoded = iter(self._encode_spans(spans, with_offsets, hide))
