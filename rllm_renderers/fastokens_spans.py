@@ -35,6 +35,7 @@ Its internal state changes speed, never ids (its documentation; the differential
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import InitVar, dataclass, field
 from typing import Any
@@ -130,6 +131,14 @@ class FastokensBpe(SpanBpe):
     def encode_many_with_starts(self, spans: list[str]) -> list[tuple[list[int] | None, list[int] | None]]:
         """``encode_many`` and, per span, :meth:`starts` (None where NFC changes the span)."""
         return [(ids, None if ids is None else self.starts(span, ids)) for span, ids in zip(spans, self.encode_many(spans))]
+
+    def encode_alternating(self, text: str, parts: list[str]) -> list[int]:
+        """The ids of ``text`` given as ``parts`` = span, added-token content, span, ..., span (spans
+        possibly empty: ``re.split`` with one group around the added tokens), in one call.  Only for a
+        tokenizer without shortcut-only tokens, and added-token contents from :attr:`added_contents`."""
+        if self.nfc and not text.isascii():
+            parts[::2] = [self.normalized(span) for span in parts[::2]]
+        return self._segments(list(zip(parts, itertools.cycle((False, True))))).ids
 
     def encode_text(self, text: str, pieces: list[tuple[int, int, int | None]]) -> list[int] | None:
         """The ids of ``text`` cut into ``pieces`` (added tokens by id, spans by None), in one call;

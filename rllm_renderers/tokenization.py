@@ -355,6 +355,16 @@ class TextEncoder:
         self.backend = self._rank_bpe.engine if self._rank_bpe is not None else "hf"
         # One engine call per text (no cache, no offsets): fastokens' segment list.
         self._encode_text = getattr(self._rank_bpe, "encode_text", None)
+        # The common case of that, with the text cut by one re.split: every match of the added-token
+        # pattern is emitted as it is (no lstrip/rstrip/single_word, no skipped or normalized tokens)
+        # and fastokens gives each token's id for its content alone.
+        self._cut = None
+        if self._encode_text is not None and self._pattern is not None and not self._flagged and not self._normalized:
+            contents = self._rank_bpe.added_contents
+            if not self._rank_bpe.shortcut_only and all(
+                not token.skipped and contents.get(token.id) == content for content, token in self._splitters.items()
+            ):
+                self._cut = re.compile(f"({self._pattern.pattern})").split
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
         self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
@@ -526,6 +536,9 @@ class TextEncoder:
     ) -> list[tuple[list[int], list[int]]]:
         """``(ids, starts)`` per text; ``starts`` stays empty unless ``with_offsets``."""
         plain = any(ranges for ranges in plain_ranges)
+        if self._cut is not None and not with_offsets and not plain and not self._cache.size:
+            encode, cut = self._rank_bpe.encode_alternating, self._cut
+            return [(encode(text, cut(text)), []) for text in texts]
         if self._whole_text:
             if plain:
                 raise ValueError(
