@@ -1,9 +1,15 @@
-"""A rank-based BPE (``tiktoken``) for the byte-level BPE tokenizers it provably equals.
+"""A rank-based BPE (``tiktoken``, or ``fastokens``) for the byte-level BPE tokenizers it provably equals.
 
 ``rank_bpe_plan(backend)`` decides, from the ``tokenizers.Tokenizer``'s own JSON, whether its
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
 spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
+``span_bpe_for(backend)`` returns, under the same proof, the engine that runs fastest:
+``fastokens_spans.FastokensBpe`` (a Rust reimplementation of the library's encode path, given the
+tokenizer's own pre-tokenizer and merges; the proof is the condition for using it, as for tiktoken,
+and its ids are compared with the library's by the same differential tests), else :class:`RankBpe`.
+The proof's verdict and rank table are remembered per tokenizer content; fastokens never reads the
+rank table.
 
 What is proved, and how (the conditions checked, in order):
 

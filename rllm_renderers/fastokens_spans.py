@@ -45,6 +45,40 @@ from .fast_encoder import SpanBpe, bytes_of_byte_level
 __all__ = ["FastokensBpe"]
 
 
+def _span_pipeline_json(tokenizer_json: str) -> tuple[str, list[dict], int]:
+    """(the tokenizer JSON without normalizer, post-processor, padding and truncation, its added
+    tokens, the size of the model's vocabulary).  Only the small top-level values are parsed: the
+    model (vocabulary and merges, nearly all of the text; ``tokenizers`` writes it last) is copied as
+    text, which saves seconds and a hundred MB of Python objects on a 200k vocabulary.  Were the model
+    not last, the copied text would hold the keys after it and fastokens would refuse the JSON."""
+    decoder = json.JSONDecoder()
+    head: dict[str, Any] = {}
+    at = tokenizer_json.index("{") + 1
+    while True:
+        key, at = decoder.raw_decode(tokenizer_json, _after_space(tokenizer_json, at))
+        at = _after_space(tokenizer_json, at)
+        if tokenizer_json[at] != ":":
+            raise ValueError("tokenizer JSON: ':' expected after a key")
+        at = _after_space(tokenizer_json, at + 1)
+        if key == "model":
+            model = tokenizer_json[at : tokenizer_json.rindex("}")]
+            break
+        head[key], at = decoder.raw_decode(tokenizer_json, at)
+        at = _after_space(tokenizer_json, at)
+        if tokenizer_json[at] != ",":
+            raise ValueError("tokenizer JSON: the model is not the last key")
+        at += 1
+    head.update(normalizer=None, post_processor=None, padding=None, truncation=None)
+    vocab = decoder.raw_decode(model, model.index("{", model.index('"vocab"')))[0]  # ids only, no merges
+    return json.dumps(head)[:-1] + ',"model":' + model + "}", head.get("added_tokens") or [], max(vocab.values()) + 1
+
+
+def _after_space(text: str, at: int) -> int:
+    while text[at] in " \t\n\r":
+        at += 1
+    return at
+
+
 class _TokenLengths(dict):
     """id -> the token's length in bytes, filled from the engine's vocabulary on first use."""
 
@@ -80,23 +114,23 @@ class FastokensBpe(SpanBpe):
         import fastokens
 
         super().__post_init__()
-        data = json.loads(tokenizer_json)
-        data.update(normalizer=None, post_processor=None, padding=None, truncation=None)
+        pipeline, added_tokens, model_size = _span_pipeline_json(tokenizer_json)
         try:
-            fast = fastokens.Tokenizer.from_json_str(json.dumps(data))
-        except Exception as exc:  # its own error types: a pipeline step it does not implement
+            fast = fastokens.Tokenizer.from_json_str(pipeline)
+        except Exception as exc:  # its own error types: a pipeline step it does not implement, or broken JSON
             raise ValueError(str(exc)) from exc
         fast.enable_segment_cache(0)  # whatever FASTOKENS_SEGMENT_CACHE says (module docstring)
         self._fast = fast
         self._segments = fast.encode_segments
         self._ordinary = fast.encode_ordinary
-        contents = {entry["id"]: entry["content"] for entry in data.get("added_tokens") or () if entry["content"]}
+        contents = {entry["id"]: entry["content"] for entry in added_tokens if entry["content"]}
         self.added_contents = {
             id_: content for id_, content in contents.items() if self._segments([(content, True)]).ids == [id_]
         }
-        model_ids = set(data["model"]["vocab"].values())
-        outside = [id_ for id_ in self.added_contents if id_ not in model_ids]
-        if outside:  # BPE gives model ids only, so a span's ids never hold this one
+        # BPE gives the model's ids only (0 .. size - 1: fastokens requires them contiguous), so a
+        # span's ids never hold an added id above them.
+        outside = [id_ for id_ in self.added_contents if id_ >= model_size]
+        if outside:
             self._separator_id = max(outside)
             self._separator = (self.added_contents[self._separator_id], True)
 

@@ -22,16 +22,22 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
    for *normalized* added tokens in the normalized piece (that second pass only ever sees one span),
    pre-tokenizes and runs the model on it.  So a span encoded alone gives exactly the same ids.
 
-   Spans are encoded by one of two backends (``TextEncoder.backend``):
+   Spans are encoded by one of three backends (``TextEncoder.backend``):
 
-   * ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
-     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof and the rank table are
-     computed once per tokenizer content and cached).  We then also do the second pass
-     (normalized added tokens) ourselves; that needs an identity normalizer when there are any.
+   * ``"fastokens"`` or ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
+     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof is computed once per
+     tokenizer content and remembered).  fastokens (:mod:`rllm_renderers.fastokens_spans`) is
+     preferred: it runs every ``Split`` stage and the BPE in Rust and takes all spans of a text in
+     one call; tiktoken (the proved rank table) is next, where fastokens is not installed or cannot
+     load the tokenizer.  We then also do the second pass (normalized added tokens) ourselves; that
+     needs an identity normalizer when there are any.
    * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
      Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
      a data loader padding with the same tokenizer in another thread would otherwise change our ids.
-     Set ``RLLM_RENDERERS_ENCODER=hf`` (or pass ``backend="hf"``) to force this backend.
+     (The fastokens and tiktoken engines are private objects too, built by us and configured by nobody.)
+
+   ``RLLM_RENDERERS_ENCODER`` (or ``backend=``) forces one: ``hf``, ``tiktoken`` or ``fastokens``
+   (the last two still only where the proof holds, else HF).
 
    Spans are independent, so their ids are cached by content (a bounded LRU): the system prompt and
    tools block that thousands of rollouts share is encoded once.
@@ -39,10 +45,11 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
 *Offsets* (``encode_with_offsets``: per token, the character of the text where it starts).  The
 library's offsets of a byte-level BPE are character offsets into the original span: a token starts
 at the character holding its first byte (a token that starts inside a multi-byte character starts at
-that character), mapped back through the normalizer's alignment.  So on the tiktoken backend the
-starts are computed from the tokens' byte lengths (``RankBpe.starts``) when that mapping is the
+that character), mapped back through the normalizer's alignment.  So on the fastokens and tiktoken
+backends the starts are computed from the tokens' byte lengths (``SpanBpe.starts``) when that mapping is the
 identity: the span is unchanged by NFC and the post-processor does not trim offsets (none,
-``TemplateProcessing``, ``ByteLevel(trim_offsets=False)``).  Otherwise (a span NFC changes, a span
+``TemplateProcessing``, ``ByteLevel(trim_offsets=False)``).  The byte lengths come from the rank
+table (tiktoken) or from the engine's vocabulary, id by id as they are met (fastokens).  Otherwise (a span NFC changes, a span
 holding a token only the library's whole-word shortcut gives, a trimming post-processor, the HF
 backend) the starts are the library's, from one ``encode_batch`` call.
 
@@ -302,9 +309,10 @@ class TextEncoder:
     ``split_special_tokens`` setting is honoured) or a raw ``tokenizers.Tokenizer``.  Tokens added
     to the tokenizer after construction are not seen: build a new encoder then.
 
-    ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
-    ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`; why
-    tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.
+    ``backend``: ``"auto"`` (fastokens, else tiktoken, where the proof holds; else HF ``tokenizers``),
+    ``"fastokens"``, ``"tiktoken"`` or ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice
+    is in :attr:`backend`; why a fast engine was not chosen, or what it leaves out or to HF, in
+    :attr:`backend_reason`.
     ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the
     caller's tokenizer object: it uses private copies, so other threads may pad or truncate with
     that tokenizer meanwhile.
