@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import InitVar, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .fast_encoder import SpanBpe, bytes_of_byte_level
 
@@ -166,13 +166,32 @@ class FastokensBpe(SpanBpe):
         """``encode_many`` and, per span, :meth:`starts` (None where NFC changes the span)."""
         return [(ids, None if ids is None else self.starts(span, ids)) for span, ids in zip(spans, self.encode_many(spans))]
 
-    def encode_alternating(self, text: str, parts: list[str]) -> list[int]:
+    def encode_alternating(
+        self, text: str, parts: list[str], long_span: Callable[[str], list[int]] | None = None, long_chars: int = 0
+    ) -> list[int]:
         """The ids of ``text`` given as ``parts`` = span, added-token content, span, ..., span (spans
         possibly empty: ``re.split`` with one group around the added tokens), in one call.  Only for a
-        tokenizer without shortcut-only tokens, and added-token contents from :attr:`added_contents`."""
+        tokenizer without shortcut-only tokens, and added-token contents from :attr:`added_contents`.
+
+        ``long_span``: the ids of a (normalized) span of ``long_chars`` characters or more, from the
+        caller's cache; the segments between such spans go in one call each."""
         if self.nfc and not text.isascii():
             parts[::2] = [self.normalized(span) for span in parts[::2]]
-        return self._segments(list(zip(parts, itertools.cycle((False, True))))).ids
+        if long_span is None or max(map(len, parts[::2])) < long_chars:
+            return self._segments(list(zip(parts, itertools.cycle((False, True))))).ids
+        ids: list[int] = []
+        segments: list[tuple[str, bool]] = []
+        for at, part in enumerate(parts):
+            if at & 1 or len(part) < long_chars:
+                segments.append((part, bool(at & 1)))
+                continue
+            if segments:
+                ids += self._segments(segments).ids
+                segments = []
+            ids += long_span(part)
+        if segments:
+            ids += self._segments(segments).ids
+        return ids
 
     def encode_text(self, text: str, pieces: list[tuple[int, int, int | None]]) -> list[int] | None:
         """The ids of ``text`` cut into ``pieces`` (added tokens by id, spans by None), in one call;

@@ -592,19 +592,48 @@ def test_padding_thread_cannot_change_ids(name, backend):
     assert wrong == 0, f"{wrong} of {2 * 10 * len(texts)} encodes were wrong"
 
 
+def test_threads_share_one_fastokens_engine():
+    """One engine per tokenizer content, shared by every encoder and thread; fastokens lets go of the GIL
+    from 16 KB on, so long texts from several threads run in it at once."""
+    tokenizer = load_tokenizer(_tokenizer_dir("qwen3"))
+    encoders = [TextEncoder(tokenizer, span_cache_size=0), TextEncoder(tokenizer)]
+    assert encoders[0]._rank_bpe is encoders[1]._rank_bpe and encoders[0].backend == "fastokens"
+    source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
+    texts = [f"<|im_start|>user\n{source[k * 500 : k * 500 + 20_000]}<|im_end|>\n<think>{k}</think>" for k in range(24)]
+    want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    wrong: list[int] = []
+
+    def work(encoder: TextEncoder) -> None:
+        for _ in range(3):
+            wrong.extend(k for k, text in enumerate(texts) if encoder.encode(text) != want[k])
+
+    threads = [threading.Thread(target=work, args=(encoders[k % 2],)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
 # ---------------------------------------------------------------------------- span cache
 
 
-@pytest.mark.parametrize("name", ["qwen3", "llama31"])
+@pytest.mark.parametrize("name", ["qwen3", "llama31", "gptoss"])
 def test_warm_equals_cold(name):
+    """Warm (span cache) == cold, on the one-call path too, where only spans of LONG_CHARS or more are
+    looked up: a shared ASCII block, a shared block NFC changes, short and long spans between tokens."""
     tokenizer = load_tokenizer(_tokenizer_dir(name))
     warm, cold = TextEncoder(tokenizer), TextEncoder(tokenizer, span_cache_size=0)
     system = "You are a careful assistant. " * 40
+    decomposed = "cafe\u0301 nai\u0308ve \u2126 " * 80  # NFC changes it (qwen3's normalizer)
+    assert len(system) >= warm._cache.LONG_CHARS and len(decomposed) >= warm._cache.LONG_CHARS
     added = sorted(warm.added_token_strings)
     marker = added[0]
     texts = [f"{marker}{system}{marker}question {k} {'x' * k}{marker}" for k in range(30)]
+    texts += [f"{decomposed}{marker}{marker}{'y ' * (k * 100)}{marker}{system}" for k in range(8)]
     for text in texts + texts:
         assert warm.encode(text) == cold.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+        assert warm.encode_many([text]) == [cold.encode(text)]
     assert any(span == system for _, span in warm._cache._entries)  # the shared block was cached
     assert not cold._cache._entries
     warm.clear_cache()
@@ -615,7 +644,7 @@ def test_span_cache_is_bounded():
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
     encoder = TextEncoder(tokenizer, span_cache_size=5)
     for k in range(50):
-        encoder.encode(f"a fairly long span of text number {k} " * 2)
+        encoder.encode(f"a fairly long span of text number {k} " * 40)  # past LONG_CHARS: looked up on every path
     assert len(encoder._cache._entries) == 5
 
 
