@@ -675,6 +675,93 @@ def parse_throughput(case: Case, gen, samples: int, sample_s: float) -> float:
     return statistics.mean(len(c) for c in completions) / (timing.median_ms / 1e3)
 
 
+# ----------------------------------------------------------------------------- never-seen text
+
+
+class FreshText:
+    """Chunks of the Python standard library's own sources, handed out once each: message text the
+    process has never encoded (so only what repeats across real files can be in any backend's cache)."""
+
+    def __init__(self, seed: int = 0):
+        import sysconfig
+
+        files = sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"))
+        random.Random(seed).shuffle(files)
+        self._files = iter(files)
+        self._buffer = ""
+
+    def take(self, chars: int) -> str:
+        while len(self._buffer) < chars:
+            try:
+                self._buffer += next(self._files).read_text(encoding="utf-8", errors="replace")
+            except StopIteration:
+                raise RuntimeError("the standard library ran out of never-seen text") from None
+            except OSError:
+                continue
+        text, self._buffer = self._buffer[:chars], self._buffer[chars:]
+        return text
+
+
+FRESH_POOL = {"short": 400, "medium": 80, "long": 24}  # conversations per size, each rendered once
+
+
+def fresh_chat(family: Family, size: str, fresh: FreshText, rng: random.Random) -> list[dict]:
+    """A chat shaped as :func:`build_chat` (its shared system prompt included) whose turns are never-seen text."""
+    messages = build_chat(family, size, 0)[:1]
+    while message_text_chars(messages) < SIZES[size]:
+        messages.append({"role": "user", "content": fresh.take(rng.randint(80, 600))})
+        messages.append({"role": "assistant", "content": fresh.take(rng.randint(150, 1500))})
+    messages.append({"role": "user", "content": fresh.take(200)})
+    return messages
+
+
+def fresh_text_rows(family: Family, tokenizer, gen, cold, tml, sizes: list[str], fresh: FreshText) -> list[tuple]:
+    """Per size: every conversation of a pool rendered once by cold render_ids, tml and a bare encode of
+    its text (in rotating order, one call each, garbage collection off); mean ms per conversation."""
+    rows = []
+    for size in sizes:
+        rng = random.Random(f"fresh/{family.name}/{size}")
+        pool = [fresh_chat(family, size, fresh, rng) for _ in range(FRESH_POOL[size])]
+        texts = [gen.render_text(messages, add_generation_prompt=True) for messages in pool]  # text only: no encoder runs
+        calls = {
+            "cold": lambda k: cold.render_ids(pool[k], add_generation_prompt=True),
+            "encode": lambda k: tokenizer.encode(texts[k], add_special_tokens=False),
+        }
+        if tml is not None:
+            calls["tml"] = lambda k: tml_render_ids(tml, pool[k])
+        totals = {name: 0.0 for name in calls}
+        results: dict[str, list] = {name: [] for name in calls}
+        names = list(calls)
+        gc.disable()
+        try:
+            for k in range(len(pool)):
+                for name in names[k % len(names) :] + names[: k % len(names)]:
+                    start = time.perf_counter()
+                    ids = calls[name](k)
+                    totals[name] += time.perf_counter() - start
+                    results[name].append(ids)
+        finally:
+            gc.enable()
+        assert results["cold"] == results["encode"], f"{family.name}/{size}: cold render_ids != bare encode on fresh text"
+        tml_same = "n/a" if tml is None else "yes" if results["tml"] == results["encode"] else "NO"
+        tokens = statistics.mean(len(ids) for ids in results["encode"])
+        per_call = {name: total / len(pool) * 1e3 for name, total in totals.items()}
+        rows.append((family.name, size, len(pool), tokens, per_call, tml_same))
+    return rows
+
+
+def print_fresh_rows(rows: list[tuple]) -> None:
+    print("\nnever-seen text (chat workload, message text from the standard library's sources, each conversation "
+          "rendered once per backend): mean ms per conversation")  # fmt: skip
+    print(f"{'family':8} {'size':6} {'convs':>5} {'tok':>6} | {'cold ms':>8} {'x enc':>5} | {'tml ms':>8} "
+          f"{'=tmpl':>5} {'tml/cold':>8} | {'bare encode ms':>14} {'M tok/s':>7}")  # fmt: skip
+    for name, size, count, tokens, ms, tml_same in rows:
+        tml = f"{ms['tml']:8.3f} {tml_same:>5} {ms['tml'] / ms['cold']:8.2f}" if "tml" in ms else f"{'-':>8} {'-':>5} {'-':>8}"
+        print(f"{name:8} {size:6} {count:5d} {tokens:6.0f} | {ms['cold']:8.3f} {ms['cold'] / ms['encode']:5.2f} | {tml} | "
+              f"{ms['encode']:14.3f} {tokens / ms['cold'] / 1e3:7.2f}")  # fmt: skip
+    print("M tok/s: tokens per second of cold render_ids (template and encoding together).")
+
+
 # ----------------------------------------------------------------------------- process-level figures
 
 
@@ -741,7 +828,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=11, help="timed samples per backend and case")
     parser.add_argument("--sample-ms", type=float, default=25.0, help="target duration of one sample")
     parser.add_argument("--no-bridge-bench", action="store_true", help="skip benchmarks/bench_bridge.py")
+    parser.add_argument("--no-fresh", action="store_true", help="skip the never-seen-text figures")
     args = parser.parse_args(argv)
+    # fastokens reads these when a tokenizer is built (its caches, its thread count for inputs of
+    # 64 KiB or more): this run measures its defaults.
+    for variable in ("FASTOKENS_SEGMENT_CACHE", "FASTOKENS_INPUT_CACHE", "FASTOKENS_BPE_THREADS"):
+        if os.environ.pop(variable, None) is not None:
+            print(f"note: {variable} unset for this run")
 
     import renderers
     import tokenizers
@@ -763,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, "
         f"renderers {renderers.__version__}, tml-renderers "
         f"{getattr(tml_renderers, '__version__', None) or _dist_version('tml-renderers')}, "
-        f"tiktoken {_dist_version('tiktoken')}, cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}, corpus {corpus}"
+        f"tiktoken {_dist_version('tiktoken')}, fastokens {_dist_version('fastokens')}, cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}, corpus {corpus}"
     )
     print(
         f"cold: {args.variants} variants cycled, span cache off; warm: {args.warm_variants} variants cycled, "
@@ -771,7 +864,8 @@ def main(argv: list[str] | None = None) -> int:
         "(min); ratios = median / median of bare encode\n"
     )
 
-    rows, notes, parse_rows, memory = [], [], [], {}
+    rows, notes, parse_rows, memory, fresh_rows = [], [], [], {}, []
+    fresh = FreshText()
     for family in families:
         tokenizer, template, gen = load_family(family, corpus)
         cold = copy.copy(gen)  # same class and knobs, its own encoder without the span cache
@@ -791,6 +885,9 @@ def main(argv: list[str] | None = None) -> int:
                 if workload == "agentic":
                     parse_rows.append((case, parse_throughput(case, gen, args.samples, sample_s)))
                 print(f"  measured {family.name:8} {workload:7} {size:6} ({tokens:.0f} tokens)", file=sys.stderr)
+        if not args.no_fresh and "chat" in workloads:
+            fresh_rows += fresh_text_rows(family, tokenizer, gen, cold, tml, sizes, fresh)
+            print(f"  measured {family.name:8} never-seen text", file=sys.stderr)
         memory[family.name] = renderer_memory(family, corpus)
 
     header = (
@@ -845,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
     print("workload adaptations (agentic):")
     for note in notes:
         print(f"  {note}")
+
+    if fresh_rows:
+        print_fresh_rows(fresh_rows)
 
     print("\nparse_response throughput (agentic completions: reasoning + tool calls):")
     for case, rate in parse_rows:

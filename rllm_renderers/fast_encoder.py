@@ -1,9 +1,15 @@
-"""A rank-based BPE (``tiktoken``) for the byte-level BPE tokenizers it provably equals.
+"""A rank-based BPE (``tiktoken``, or ``fastokens``) for the byte-level BPE tokenizers it provably equals.
 
 ``rank_bpe_plan(backend)`` decides, from the ``tokenizers.Tokenizer``'s own JSON, whether its
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
 spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
+``span_bpe_for(backend)`` returns, under the same proof, the engine that runs fastest:
+``fastokens_spans.FastokensBpe`` (a Rust reimplementation of the library's encode path, given the
+tokenizer's own pre-tokenizer and merges; the proof is the condition for using it, as for tiktoken,
+and its ids are compared with the library's by the same differential tests), else :class:`RankBpe`.
+The proof's verdict and rank table are remembered per tokenizer content; fastokens never reads the
+rank table.
 
 What is proved, and how (the conditions checked, in order):
 
@@ -75,6 +81,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -85,7 +92,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-__all__ = ["RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
+__all__ = ["SpanBpe", "RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
@@ -122,29 +129,130 @@ class _NotProvable(Exception):
 
 
 @dataclass
-class RankBpe:
-    """Encodes a span (text without added tokens) exactly as the library's pipeline does."""
+class SpanBpe:
+    """Encodes a span (text without added tokens) exactly as the library's pipeline does, with the
+    engine of a subclass (:class:`RankBpe`: tiktoken; ``fastokens_spans.FastokensBpe``: fastokens).
+
+    What is shared: the library's NFC (skipped where :func:`_nfc_leaves_alone` proves it changes
+    nothing), the refusal of spans that contain a shortcut-only token's text, and token starts from
+    byte lengths."""
 
     pattern: str
     stages: tuple[str, ...]
     nfc: bool
-    ranks: dict[bytes, int] = field(repr=False)
     #: Texts of the tokens only the library's whole-word shortcut gives (module doc, "Left out"):
     #: a span containing one is not ours to encode (:meth:`encode` returns None).
-    shortcut_only: tuple[str, ...] = ()
-    #: How many vocabulary tokens were left out of ``ranks`` (never made by the merge loop).
-    left_out: int = 0
+    shortcut_only: tuple[str, ...] = field(default=(), kw_only=True)
+    #: How many vocabulary tokens were left out of the ranks (never made by the merge loop).
+    left_out: int = field(default=0, kw_only=True)
+    _shortcut_search: Any = field(default=None, repr=False, kw_only=True)
+    _byte_lengths: Any = field(default=None, repr=False, kw_only=True)
+
+    #: The engine's name (``TextEncoder.backend``).
+    engine = ""
+
+    def __post_init__(self) -> None:
+        if self.nfc:
+            # The library's own NFC: Python's unicodedata follows another Unicode version, and the
+            # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
+            from tokenizers.normalizers import NFC
+
+            self._nfc = NFC().normalize_str
+        if self.shortcut_only:
+            longest_first = sorted(self.shortcut_only, key=len, reverse=True)
+            self._shortcut_search = re.compile("|".join(map(re.escape, longest_first))).search
+
+    def note(self) -> str:
+        """What the engine does not cover here ("" when it covers every span)."""
+        return _note(self.shortcut_only, self.left_out)
+
+    def normalized(self, span: str) -> str:
+        """The span after the library's normalizer (NFC or none)."""
+        if self.nfc and not span.isascii() and not _nfc_leaves_alone(span):
+            return self._nfc(span)
+        return span
+
+    def refuses(self, normalized: str) -> bool:
+        """True when the (normalized) span contains a shortcut-only token's text: the library's to encode."""
+        return self._shortcut_search is not None and self._shortcut_search(normalized) is not None
+
+    def encode(self, span: str) -> list[int] | None:
+        """The span's ids, or None when it contains a shortcut-only token's text (the library's to encode)."""
+        return self._encode_normalized(self.normalized(span))
+
+    def encode_with_starts(self, span: str) -> tuple[list[int] | None, list[int] | None]:
+        """``(encode(span), starts(span, those ids))``, normalizing the span once."""
+        normalized = self.normalized(span)
+        ids = self._encode_normalized(normalized)
+        if ids is None or normalized != span:
+            return ids, None
+        return ids, self.starts(span, ids, unchanged_by_nfc=True)
+
+    def encode_many(self, spans: list[str]) -> list[list[int] | None]:
+        """``[encode(span) for span in spans]`` (an engine may do it in fewer calls)."""
+        return [self.encode(span) for span in spans]
+
+    def encode_many_with_starts(self, spans: list[str]) -> list[tuple[list[int] | None, list[int] | None]]:
+        """``[encode_with_starts(span) for span in spans]``."""
+        return [self.encode_with_starts(span) for span in spans]
+
+    def _encode_normalized(self, span: str) -> list[int] | None:
+        raise NotImplementedError
+
+    def _token_lengths(self) -> Any:
+        """id -> the token's length in bytes (a mapping; KeyError for an id the engine never gives)."""
+        raise NotImplementedError
+
+    def starts(self, span: str, ids: list[int], *, unchanged_by_nfc: bool = False) -> list[int] | None:
+        """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
+        ``span``: the library's offsets (a token that starts inside a character starts at that
+        character).  None when NFC changes the span (the library's offsets then follow its
+        alignment of the normalized text) or an id is not the engine's."""
+        lengths = self._byte_lengths
+        if lengths is None:
+            lengths = self._byte_lengths = self._token_lengths()
+        try:
+            byte_starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))
+        except KeyError:  # a token the engine does not have (a span the library encoded)
+            return None
+        byte_starts.pop()
+        if span.isascii():
+            return byte_starts
+        if self.nfc and not unchanged_by_nfc and not _nfc_leaves_alone(span) and self._nfc(span) != span:
+            return None
+        # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
+        char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))
+        return [char_at[at + 1] for at in byte_starts]
+
+
+def _note(shortcut_only: tuple[str, ...], left_out: int) -> str:
+    if shortcut_only:
+        return (
+            f"{len(shortcut_only)} vocabulary tokens are given only by the whole-word shortcut: "
+            "a span containing one is encoded by the HF backend"
+        )
+    if left_out:
+        return f"{left_out} vocabulary tokens the tokenizer never gives are left out of the ranks"
+    return ""
+
+
+@dataclass
+class RankBpe(SpanBpe):
+    """The tiktoken engine: the last ``Split`` regex and the rank table in tiktoken, earlier stages here."""
+
+    ranks: dict[bytes, int] = field(repr=False)
     _encoding: Any = field(default=None, repr=False)
     _stage_regexes: tuple = field(default=(), repr=False)
-    _shortcut_search: Any = field(default=None, repr=False)
-    _byte_lengths: Any = field(default=None, repr=False)
     _one_pass: Any = field(default=None, repr=False)
     _one_pass_ascii: Any = field(default=None, repr=False)
     _short_pieces: dict = field(default_factory=dict, repr=False)
 
+    engine = "tiktoken"
+
     def __post_init__(self) -> None:
         import tiktoken
 
+        super().__post_init__()
         # P|(?:(?!P)[\s\S])+ keeps the gaps between matches, as Split(Isolated) does (module doc).
         keep_gaps = f"(?:{self.pattern})|(?:(?!(?:{self.pattern}))[\\s\\S])+"
         self._encoding = tiktoken.Encoding(
@@ -159,45 +267,12 @@ class RankBpe:
             if self._one_pass is not None:
                 self._one_pass_ascii = _ascii_one_pass(self.stages)
             self._short_pieces = _short_piece_ids(self.stages, self._encode)
-        if self.nfc:
-            # The library's own NFC: Python's unicodedata follows another Unicode version, and the
-            # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
-            from tokenizers.normalizers import NFC
 
-            self._nfc = NFC().normalize_str
-        if self.shortcut_only:
-            import re
-
-            longest_first = sorted(self.shortcut_only, key=len, reverse=True)
-            self._shortcut_search = re.compile("|".join(map(re.escape, longest_first))).search
-
-    def note(self) -> str:
-        """What tiktoken does not cover here ("" when it covers every span)."""
-        if self.shortcut_only:
-            return (
-                f"{len(self.shortcut_only)} vocabulary tokens are given only by the whole-word shortcut: "
-                "a span containing one is encoded by the HF backend"
-            )
-        if self.left_out:
-            return f"{self.left_out} vocabulary tokens the tokenizer never gives are left out of the ranks"
-        return ""
-
-    def encode(self, span: str) -> list[int] | None:
-        """The span's ids, or None when it contains a shortcut-only token's text (the library's to encode)."""
-        if self.nfc and not span.isascii() and not _nfc_leaves_alone(span):
-            span = self._nfc(span)
-        return self._encode_normalized(span)
-
-    def encode_with_starts(self, span: str) -> tuple[list[int] | None, list[int] | None]:
-        """``(encode(span), starts(span, those ids))``, normalizing the span once."""
-        normalized = self._nfc(span) if self.nfc and not span.isascii() and not _nfc_leaves_alone(span) else span
-        ids = self._encode_normalized(normalized)
-        if ids is None or normalized != span:
-            return ids, None
-        return ids, self.starts(span, ids, unchanged_by_nfc=True)
+    def _token_lengths(self) -> dict[int, int]:
+        return {rank: len(token) for token, rank in self.ranks.items()}
 
     def _encode_normalized(self, span: str) -> list[int] | None:
-        if self._shortcut_search is not None and self._shortcut_search(span):
+        if self.refuses(span):
             return None
         if not self._stage_regexes:
             return self._encode(span)
@@ -214,27 +289,6 @@ class RankBpe:
             if piece:
                 ids += short.get(piece) or encode(piece)
         return ids
-
-    def starts(self, span: str, ids: list[int], *, unchanged_by_nfc: bool = False) -> list[int] | None:
-        """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
-        ``span``: the library's offsets (a token that starts inside a character starts at that
-        character).  None when NFC changes the span (the library's offsets then follow its
-        alignment of the normalized text) or an id is not in the ranks."""
-        lengths = self._byte_lengths
-        if lengths is None:
-            lengths = self._byte_lengths = {rank: len(token) for token, rank in self.ranks.items()}
-        try:
-            byte_starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))
-        except KeyError:  # a token tiktoken does not have (a span the library encoded)
-            return None
-        byte_starts.pop()
-        if span.isascii():
-            return byte_starts
-        if self.nfc and not unchanged_by_nfc and not _nfc_leaves_alone(span) and self._nfc(span) != span:
-            return None
-        # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
-        char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))
-        return [char_at[at + 1] for at in byte_starts]
 
     def _staged_pieces(self, span: str) -> list[str]:
         """The pieces the earlier ``Split(Isolated)`` stages cut ``span`` into (matches and gaps),
@@ -366,8 +420,6 @@ def _short_piece_ids(stages: tuple[str, ...], encode) -> dict[str, list[int]]:
     tests ``(?!P)`` at every character).  A complete table of the tokenizer's function on a finite
     set of strings, like the rank table: it is never filled from the text being encoded.
     """
-    import itertools
-
     import regex
 
     table: dict[str, list[int]] = {}
@@ -529,56 +581,77 @@ def _proof_marker(sha256: str):
     return Path(root) / "rank_bpe_proofs" / f"{PROOF_VERSION}-{sha256}"
 
 
-def _remember(marker, verdict: str, plan: RankBpe | None = None) -> None:
-    """Write the verdict (with a proved plan: its regexes and rank table) atomically."""
+@dataclass
+class Proof:
+    """What the proof established for one tokenizer content: the span pipeline, and the rank table
+    (read from the remembered marker only when an engine needs it: fastokens does not)."""
+
+    pattern: str
+    stages: tuple[str, ...]
+    nfc: bool
+    shortcut_only: tuple[str, ...]
+    left_out: int
+    _ranks: dict[bytes, int] | None = field(default=None, repr=False)
+    _marker: Any = field(default=None, repr=False)
+
+    def header(self) -> dict:
+        return {"pattern": self.pattern, "stages": list(self.stages), "nfc": self.nfc,
+                "shortcut_only": list(self.shortcut_only), "left_out": self.left_out}  # fmt: skip
+
+    @property
+    def ranks(self) -> dict[bytes, int]:
+        if self._ranks is None:
+            ranks = {}
+            with open(self._marker, encoding="utf-8") as lines:
+                for line in itertools.islice(lines, 2, None):
+                    token, rank = line.split(" ")
+                    ranks[base64.b64decode(token)] = int(rank)
+            self._ranks = ranks
+        return self._ranks
+
+    def note(self) -> str:
+        return _note(self.shortcut_only, self.left_out)
+
+
+def _remember(marker, verdict: str, proof: Proof | None = None) -> bool:
+    """Write the verdict (with a proof: its header and rank table) atomically; False when it could not."""
     lines = [verdict]
-    if plan is not None:
-        header = {"pattern": plan.pattern, "stages": list(plan.stages), "nfc": plan.nfc}
-        header.update(shortcut_only=list(plan.shortcut_only), left_out=plan.left_out)
-        lines.append(json.dumps(header))
-        lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in plan.ranks.items()]
+    if proof is not None:
+        lines.append(json.dumps(proof.header()))
+        lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in proof.ranks.items()]
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         partial = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(partial, marker)
     except OSError:  # a read-only home: decide again next time
-        pass
+        return False
+    return True
 
 
-def _remembered_plan(lines: list[str]) -> RankBpe | None:
-    """The plan a "proved" marker holds, or None when it holds none (or is damaged)."""
+def _remembered(marker) -> tuple[Proof | None, str] | None:
+    """The verdict a marker holds (a proof's ranks stay in the file until asked for), or None when
+    there is none or it is damaged."""
     try:
-        header = json.loads(lines[1])
-        ranks = {}
-        for line in lines[2:]:
-            token, rank = line.split(" ")
-            ranks[base64.b64decode(token)] = int(rank)
-        return RankBpe(
-            pattern=header["pattern"],
-            stages=tuple(header["stages"]),
-            nfc=header["nfc"],
-            ranks=ranks,
-            shortcut_only=tuple(header["shortcut_only"]),
-            left_out=header["left_out"],
-        )
-    except (IndexError, KeyError, ValueError, TypeError):
+        with open(marker, encoding="utf-8") as lines:
+            verdict = lines.readline().rstrip("\n")
+            header = lines.readline()
+            if verdict.startswith("refused: "):
+                return None, verdict[len("refused: ") :]
+            if verdict != "proved":
+                return None
+        fields = json.loads(header)
+        proof = Proof(fields["pattern"], tuple(fields["stages"]), fields["nfc"], tuple(fields["shortcut_only"]),
+                      fields["left_out"], _marker=marker)  # fmt: skip
+    except (OSError, KeyError, ValueError, TypeError):
         return None
+    return proof, proof.note()
 
 
-def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
-    lines: list[str] = []
-    try:
-        lines = marker.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        pass
-    verdict = lines[0].strip() if lines else None
-    if verdict and verdict.startswith("refused: "):
-        return None, verdict[len("refused: ") :]
-    if verdict == "proved":  # proved before for exactly this content: the table is in the marker
-        remembered = _remembered_plan(lines)
-        if remembered is not None:
-            return remembered, remembered.note()
+def _prove(tokenizer_json: str, marker) -> tuple[Proof | None, str]:
+    remembered = _remembered(marker)
+    if remembered is not None:  # decided before for exactly this content
+        return remembered
     data = json.loads(tokenizer_json)
     try:
         nfc = _normalizer_is_nfc(data.get("normalizer"))
@@ -598,34 +671,60 @@ def _plan_from_json(tokenizer_json: str, marker) -> tuple[RankBpe | None, str]:
     ranks.update({bytes([byte]): vocab[ch] for ch, byte in _BYTE_OF.items()})
     # Only the whole-word shortcut can give a left-out token; without it, none is ever given.
     shortcut_only = _shortcut_texts(left_out) if ignore_merges else ()
+    proof = Proof(pattern, tuple(stages), nfc, shortcut_only, len(left_out), _ranks=ranks)
+    if _remember(marker, "proved", proof):
+        proof._ranks, proof._marker = None, marker  # read back from the file if an engine needs them
+    return proof, proof.note()
+
+
+def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | None, str]:
+    """The span encoder of ``engine`` for a proved tokenizer, or (None, why not)."""
+    common = {"shortcut_only": proof.shortcut_only, "left_out": proof.left_out}
     try:
-        plan = RankBpe(pattern, tuple(stages), nfc, ranks, shortcut_only=shortcut_only, left_out=len(left_out))
+        if engine == "fastokens":
+            from .fastokens_spans import FastokensBpe
+
+            return FastokensBpe(proof.pattern, proof.stages, proof.nfc, tokenizer_json, **common), proof.note()
+        return RankBpe(proof.pattern, proof.stages, proof.nfc, proof.ranks, **common), proof.note()
     except ImportError as exc:
-        return None, f"tiktoken is not installed ({exc})"
-    except ValueError as exc:  # tiktoken could not compile the regex
-        return None, f"tiktoken refused the tokenizer: {exc}"
-    _remember(marker, "proved", plan)
-    return plan, plan.note()
+        return None, f"{engine} is not installed ({exc})"
+    except ValueError as exc:  # the library could not compile the regex or load the tokenizer
+        return None, f"{engine} refused the tokenizer: {exc}"
+    except OSError as exc:  # the remembered rank table went away meanwhile
+        return None, f"the remembered rank table could not be read ({exc})"
 
 
-# The plan per tokenizer content (sha256 of its JSON): built once per process, not per renderer
-# or per tokenizer object.  Bounded: a process rarely holds more tokenizers than this.
-_PLANS: OrderedDict[str, tuple[RankBpe | None, str]] = OrderedDict()
+# The span encoder per tokenizer content (sha256 of its JSON) and engine: built once per process, not
+# per renderer or per tokenizer object.  Bounded: a process rarely holds more tokenizers than this.
+# (encoder or None, note or why not, whether the proof itself was refused)
+_PLANS: OrderedDict[tuple[str, str], tuple[SpanBpe | None, str, bool]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 _PLANS_SIZE = 8
 
+ENGINES = ("fastokens", "tiktoken")
 
-def rank_bpe_plan(backend: Any) -> tuple[RankBpe | None, str]:
-    """``(RankBpe, "")`` when the ``tokenizers.Tokenizer`` is provably tiktoken's function on
-    spans, else ``(None, why not)``.
+
+def rank_bpe_plan(backend: Any, engine: str = "tiktoken") -> tuple[SpanBpe | None, str]:
+    """``(span encoder, note)`` when the ``tokenizers.Tokenizer`` is provably a rank-based BPE on
+    spans, else ``(None, why not)``; ``engine`` (``"tiktoken"`` or ``"fastokens"``) runs it."""
+    return span_bpe_for(backend, (engine,))
+
+
+def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[SpanBpe | None, str]:
+    """The span encoder of the first of ``engines`` that can run the tokenizer, when it is provably
+    a rank-based BPE on spans: ``(encoder, note)``; else ``(None, why not)``.
 
     Cheap structural checks run on the live object first.  The rest (the merge table, and the BPE
     run over the whole vocabulary that proves condition (b), seconds for a large vocabulary) runs
     once per tokenizer content per process, and its verdict (with the proved rank table, so a
     later process skips parsing the JSON too) is remembered across processes in a marker file
     keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
-    ``~/.cache/rllm_renderers``).
+    ``~/.cache/rllm_renderers``).  An engine is built once per content and engine; the rank table
+    is read only by the tiktoken engine.
     """
+    unknown = [engine for engine in engines if engine not in ENGINES]
+    if unknown or not engines:
+        raise ValueError(f"engines must be among {ENGINES}, got {engines!r}")
     try:
         _normalizer_is_nfc(_state(backend.normalizer))
         _split_stages(_state(backend.pre_tokenizer))
@@ -633,14 +732,24 @@ def rank_bpe_plan(backend: Any) -> tuple[RankBpe | None, str]:
     except _NotProvable as exc:
         return None, str(exc)
     tokenizer_json = backend.to_str()
-    key = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
-    with _PLANS_LOCK:
-        if key in _PLANS:
-            _PLANS.move_to_end(key)
-            return _PLANS[key]
-    plan = _plan_from_json(tokenizer_json, _proof_marker(key))
-    with _PLANS_LOCK:
-        _PLANS[key] = plan
-        while len(_PLANS) > _PLANS_SIZE:
-            _PLANS.popitem(last=False)
-    return plan
+    content = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
+    failures = []
+    proof: Proof | None = None
+    for engine in engines:
+        with _PLANS_LOCK:
+            plan = _PLANS.get((content, engine))
+            if plan is not None:
+                _PLANS.move_to_end((content, engine))
+        if plan is None:
+            if proof is None:
+                proof, reason = _prove(tokenizer_json, _proof_marker(content))
+            plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)
+            with _PLANS_LOCK:
+                _PLANS[(content, engine)] = plan
+                while len(_PLANS) > _PLANS_SIZE:
+                    _PLANS.popitem(last=False)
+        encoder, reason, refused = plan
+        if encoder is not None or refused:
+            return encoder, "; ".join(filter(None, [*failures, reason]))
+        failures.append(reason)
+    return None, "; ".join(failures)

@@ -22,16 +22,22 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
    for *normalized* added tokens in the normalized piece (that second pass only ever sees one span),
    pre-tokenizes and runs the model on it.  So a span encoded alone gives exactly the same ids.
 
-   Spans are encoded by one of two backends (``TextEncoder.backend``):
+   Spans are encoded by one of three backends (``TextEncoder.backend``):
 
-   * ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
-     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof and the rank table are
-     computed once per tokenizer content and cached).  We then also do the second pass
-     (normalized added tokens) ourselves; that needs an identity normalizer when there are any.
+   * ``"fastokens"`` or ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
+     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof is computed once per
+     tokenizer content and remembered).  fastokens (:mod:`rllm_renderers.fastokens_spans`) is
+     preferred: it runs every ``Split`` stage and the BPE in Rust and takes all spans of a text in
+     one call; tiktoken (the proved rank table) is next, where fastokens is not installed or cannot
+     load the tokenizer.  We then also do the second pass (normalized added tokens) ourselves; that
+     needs an identity normalizer when there are any.
    * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
      Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
      a data loader padding with the same tokenizer in another thread would otherwise change our ids.
-     Set ``RLLM_RENDERERS_ENCODER=hf`` (or pass ``backend="hf"``) to force this backend.
+     (The fastokens and tiktoken engines are private objects too, built by us and configured by nobody.)
+
+   ``RLLM_RENDERERS_ENCODER`` (or ``backend=``) forces one: ``hf``, ``tiktoken`` or ``fastokens``
+   (the last two still only where the proof holds, else HF).
 
    Spans are independent, so their ids are cached by content (a bounded LRU): the system prompt and
    tools block that thousands of rollouts share is encoded once.
@@ -39,10 +45,11 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
 *Offsets* (``encode_with_offsets``: per token, the character of the text where it starts).  The
 library's offsets of a byte-level BPE are character offsets into the original span: a token starts
 at the character holding its first byte (a token that starts inside a multi-byte character starts at
-that character), mapped back through the normalizer's alignment.  So on the tiktoken backend the
-starts are computed from the tokens' byte lengths (``RankBpe.starts``) when that mapping is the
+that character), mapped back through the normalizer's alignment.  So on the fastokens and tiktoken
+backends the starts are computed from the tokens' byte lengths (``SpanBpe.starts``) when that mapping is the
 identity: the span is unchanged by NFC and the post-processor does not trim offsets (none,
-``TemplateProcessing``, ``ByteLevel(trim_offsets=False)``).  Otherwise (a span NFC changes, a span
+``TemplateProcessing``, ``ByteLevel(trim_offsets=False)``).  The byte lengths come from the rank
+table (tiktoken) or from the engine's vocabulary, id by id as they are met (fastokens).  Otherwise (a span NFC changes, a span
 holding a token only the library's whole-word shortcut gives, a trimming post-processor, the HF
 backend) the starts are the library's, from one ``encode_batch`` call.
 
@@ -224,11 +231,14 @@ def _keeps_offsets(backend) -> bool:
     return keeps(None if processor is None else json.loads(processor.__getstate__()))
 
 
+BACKENDS = ("auto", "hf", "fastokens", "tiktoken")
+
+
 def _requested_backend(backend: str | None) -> str:
-    """``"auto"`` or ``"hf"``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
+    """One of ``BACKENDS``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
     choice = backend or os.environ.get("RLLM_RENDERERS_ENCODER") or "auto"
-    if choice not in ("auto", "hf"):
-        raise ValueError(f"encoder backend must be 'auto' or 'hf', got {choice!r}")
+    if choice not in BACKENDS:
+        raise ValueError(f"encoder backend must be one of {', '.join(map(repr, BACKENDS))}; got {choice!r}")
     return choice
 
 
@@ -236,6 +246,9 @@ class _SpanCache:
     """A bounded, thread-safe LRU of span text -> ids (exact: spans are encoded independently)."""
 
     MIN_CHARS = 24  # shorter spans cost less to encode than to look up
+    # Where a whole text is one engine call (fastokens), a lookup also cuts that call in two: only
+    # spans this long are looked up there (a hit saves about 4 ns a character, the lookup ~1 us).
+    LONG_CHARS = 1024
 
     def __init__(self, size: int):
         self.size = size
@@ -299,9 +312,10 @@ class TextEncoder:
     ``split_special_tokens`` setting is honoured) or a raw ``tokenizers.Tokenizer``.  Tokens added
     to the tokenizer after construction are not seen: build a new encoder then.
 
-    ``backend``: ``"auto"`` (tiktoken where it is provably exact, else HF ``tokenizers``) or
-    ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice is in :attr:`backend`; why
-    tiktoken was not chosen, or what it leaves out or to HF, in :attr:`backend_reason`.
+    ``backend``: ``"auto"`` (fastokens, else tiktoken, where the proof holds; else HF ``tokenizers``),
+    ``"fastokens"``, ``"tiktoken"`` or ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice
+    is in :attr:`backend`; why a fast engine was not chosen, or what it leaves out or to HF, in
+    :attr:`backend_reason`.
     ``span_cache_size``: how many span encodings to keep (0: none).  Encoding never touches the
     caller's tokenizer object: it uses private copies, so other threads may pad or truncate with
     that tokenizer meanwhile.
@@ -344,11 +358,24 @@ class TextEncoder:
         elif self._normalized and not self._identity_normalizer:
             self.backend_reason = "normalized added tokens under a normalizer"
         else:
-            from .fast_encoder import rank_bpe_plan
+            from .fast_encoder import ENGINES, span_bpe_for
 
-            self._rank_bpe, self.backend_reason = rank_bpe_plan(shared)
-        #: ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
-        self.backend = "tiktoken" if self._rank_bpe is not None else "hf"
+            engines = ENGINES if requested == "auto" else (requested,)
+            self._rank_bpe, self.backend_reason = span_bpe_for(shared, engines)
+        #: ``"fastokens"``, ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
+        self.backend = self._rank_bpe.engine if self._rank_bpe is not None else "hf"
+        # One engine call per text (no cache, no offsets): fastokens' segment list.
+        self._encode_text = getattr(self._rank_bpe, "encode_text", None)
+        # The common case of that, with the text cut by one re.split: every match of the added-token
+        # pattern is emitted as it is (no lstrip/rstrip/single_word, no skipped or normalized tokens)
+        # and fastokens gives each token's id for its content alone.
+        self._cut = None
+        if self._encode_text is not None and self._pattern is not None and not self._flagged and not self._normalized:
+            contents = self._rank_bpe.added_contents
+            if not self._rank_bpe.shortcut_only and all(
+                not token.skipped and contents.get(token.id) == content for content, token in self._splitters.items()
+            ):
+                self._cut = re.compile(f"({self._pattern.pattern})").split
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
         self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
@@ -361,6 +388,8 @@ class TextEncoder:
         ``plain_ranges``: half-open character ranges of ``text`` in which no added token is
         recognised (their text is encoded as ordinary text); see the module docstring.
         """
+        if self._cut is not None and not plain_ranges:  # _encode's first case
+            return self._encode_cut(text)
         return self._encode([text], with_offsets=False, plain_ranges=[plain_ranges])[0][0]
 
     def encode_with_offsets(
@@ -450,6 +479,23 @@ class TextEncoder:
             pieces.append((done, len(text), None))
         return pieces
 
+    def _encode_cut(self, text: str) -> list[int]:
+        """One fastokens call for the whole text (module docstring); with the span cache on, spans of
+        ``_SpanCache.LONG_CHARS`` or more (a shared system prompt and tools block) are looked up
+        instead, and the text between them goes in one call per stretch."""
+        if not self._cache.size:
+            return self._rank_bpe.encode_alternating(text, self._cut(text))
+        return self._rank_bpe.encode_alternating(text, self._cut(text), self._long_span_ids, _SpanCache.LONG_CHARS)
+
+    def _long_span_ids(self, span: str) -> list[int]:
+        """The ids of a normalized span, through the span cache (its key: the engine's name and the span)."""
+        key = (self.backend, span)
+        ids = self._cache.get(key)
+        if ids is None:
+            ids = self._rank_bpe.encode(span)  # never None: no shortcut-only tokens on this path
+            self._cache.put(key, ids)
+        return ids
+
     def _copy(self, hide: str):
         """The private backend copy of kind ``hide`` (built on first use, then reused)."""
         copy = self._copies.get(hide)
@@ -475,23 +521,22 @@ class TextEncoder:
         if with_offsets and not self._offsets_from_lengths:
             return self._hf_encode(spans, True, hide)
         if not with_offsets and not self._cache.size and self._rank_bpe is not None and not self._rank_bpe.shortcut_only:
-            # no cache, no offsets, no span the library must encode: straight to tiktoken
-            encode = self._rank_bpe.encode
-            return [(encode(span), []) for span in spans]
-        kind = "tiktoken" if self._rank_bpe is not None else hide
+            # no cache, no offsets, no span the library must encode: straight to the engine
+            return [(ids, []) for ids in self._rank_bpe.encode_many(spans)]
+        kind = self.backend if self._rank_bpe is not None else hide
         cache = self._cache
         results: list[Any] = [cache.get((kind, span)) for span in spans]
         missing = [index for index, ids in enumerate(results) if ids is None]
         fresh_starts: dict[int, list[int] | None] = {}
         if missing:
             if self._rank_bpe is not None:
+                missing_spans = [spans[index] for index in missing]
                 if with_offsets:  # one NFC per span for both
-                    pairs = [self._rank_bpe.encode_with_starts(spans[index]) for index in missing]
+                    pairs = self._rank_bpe.encode_many_with_starts(missing_spans)
                     fresh = [ids for ids, _ in pairs]
                     fresh_starts = {index: starts for index, (_, starts) in zip(missing, pairs)}
                 else:
-                    encode = self._rank_bpe.encode
-                    fresh = [encode(spans[index]) for index in missing]
+                    fresh = self._rank_bpe.encode_many(missing_spans)
                 refused = [at for at, ids in enumerate(fresh) if ids is None]  # shortcut-only tokens: HF's
                 if refused:
                     library = self._hf_encode([spans[missing[at]] for at in refused], False, hide)
@@ -521,6 +566,8 @@ class TextEncoder:
     ) -> list[tuple[list[int], list[int]]]:
         """``(ids, starts)`` per text; ``starts`` stays empty unless ``with_offsets``."""
         plain = any(ranges for ranges in plain_ranges)
+        if self._cut is not None and not with_offsets and not plain:
+            return [(self._encode_cut(text), []) for text in texts]
         if self._whole_text:
             if plain:
                 raise ValueError(
@@ -549,6 +596,11 @@ class TextEncoder:
             if own_second_pass and self._normalized_pattern is not None:
                 pieces = self._second_pass(text, pieces, ranges)
             pieces_per_text.append(pieces)
+
+        if self._encode_text is not None and not with_offsets and not self._cache.size:
+            whole = [self._encode_text(text, pieces) for text, pieces in zip(texts, pieces_per_text)]
+            if None not in whole:
+                return [(ids, []) for ids in whole]
 
         spans = [text[start:end] for text, pieces in zip(texts, pieces_per_text) for start, end, id_ in pieces if id_ is None]
         encoded = iter(self._encode_spans(spans, with_offsets, hide))

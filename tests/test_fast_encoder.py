@@ -1,8 +1,9 @@
-"""The fast (tiktoken) encoder backend, the private backend copies, the span cache and plain ranges.
+"""The fast encoder backends (fastokens, tiktoken), the private backend copies, the span cache and plain ranges.
 
-Differential everywhere: both backends against ``tokenizer.encode(text, add_special_tokens=False)``
-on every corpus tokenizer (synthetic ones included), with adversarial text; the proof's refusals
-on small hand-made BPEs that break one condition each.
+Differential everywhere: every backend (fastokens with and without the span cache, tiktoken, HF)
+against ``tokenizer.encode(text, add_special_tokens=False)`` on every corpus tokenizer (synthetic
+ones included), with adversarial text; the proof's refusals on small hand-made BPEs that break one
+condition each.
 """
 
 from __future__ import annotations
@@ -35,17 +36,17 @@ SYNTHETIC = ["synthetic/minimax_m3", "synthetic/glm5", "synthetic/kimi_k27_code"
 ALL_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "qwen35-file", "dsv3", "dsv4", "gemma3", "gptoss", "llama31", *SYNTHETIC]
 
 # Which backend the proof must pick: a test that silently fell back to HF everywhere would pass
-# every equality check, so the choice itself is asserted.
+# every equality check, so the choice itself is asserted.  Where the proof holds, both engines run.
 EXPECTED_BACKEND = {
-    "qwen3": "tiktoken",
-    "qwen25": "tiktoken",
-    "dsv3": "tiktoken",  # three Split stages: the first two run in Python, the last in tiktoken
-    "dsv4": "tiktoken",
-    "gptoss": "tiktoken",  # every split of a token is a merge, with the whole-word shortcut
-    "llama31": "tiktoken",
-    **{name: "tiktoken" for name in SYNTHETIC},
-    "qwen35": "tiktoken",  # 201 tokens the rebuilt tokenizer never gives, left out of the ranks
-    "qwen35-file": "tiktoken",  # 83 tokens only the whole-word shortcut gives: their spans go to HF
+    "qwen3": "fastokens",
+    "qwen25": "fastokens",
+    "dsv3": "fastokens",  # three Split stages (tiktoken: the first two run in Python, the last in tiktoken)
+    "dsv4": "fastokens",
+    "gptoss": "fastokens",  # every split of a token is a merge, with the whole-word shortcut
+    "llama31": "fastokens",
+    **{name: "fastokens" for name in SYNTHETIC},
+    "qwen35": "fastokens",  # 201 tokens the rebuilt tokenizer never gives, left out of the ranks
+    "qwen35-file": "fastokens",  # 83 tokens only the whole-word shortcut gives: their spans go to HF
     "gemma3": "hf",  # not byte-level
 }
 
@@ -83,11 +84,24 @@ QWEN35_LEFT_OUT = [
 ]
 
 
+class Encoders:
+    """One corpus tokenizer and an encoder per backend: ``auto`` (fastokens where the proof holds),
+    ``uncached`` (the same without span cache: one engine call per text), ``tiktoken``, ``hf``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.tokenizer = _load(name)
+        self.auto = TextEncoder(self.tokenizer)
+        self.uncached = TextEncoder(self.tokenizer, span_cache_size=0)
+        self.tiktoken = TextEncoder(self.tokenizer, backend="tiktoken")
+        self.hf = TextEncoder(self.tokenizer, backend="hf")
+        self.all = {"auto": self.auto, "uncached": self.uncached, "tiktoken": self.tiktoken, "hf": self.hf}
+
+
 @pytest.fixture(scope="module", params=ALL_TOKENIZERS)
 def both(request):
-    """(name, HF tokenizer, auto encoder, HF-forced encoder)."""
-    tokenizer = _load(request.param)
-    return request.param, tokenizer, TextEncoder(tokenizer), TextEncoder(tokenizer, backend="hf")
+    """Every backend on one corpus tokenizer (the name is historical: there were two)."""
+    return Encoders(request.param)
 
 
 # ---------------------------------------------------------------------------- adversarial text
@@ -121,45 +135,76 @@ def adversarial(added: list[str], shortcut_only: tuple[str, ...] = ()) -> st.Sea
 
 
 def test_backend_choice_is_the_expected_one(both):
-    name, _, auto, forced = both
-    assert auto.backend == EXPECTED_BACKEND[name], auto.backend_reason
+    name, auto, forced = both.name, both.auto, both.hf
+    assert auto.backend == both.uncached.backend == EXPECTED_BACKEND[name], auto.backend_reason
+    assert both.tiktoken.backend == ("hf" if auto.backend == "hf" else "tiktoken"), both.tiktoken.backend_reason
     assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
     if auto.backend == "hf":
         assert auto.backend_reason  # says why
-    # Offsets from byte lengths wherever tiktoken encodes (no corpus tokenizer trims offsets).
-    assert auto._offsets_from_lengths == (auto.backend == "tiktoken")
+    # Offsets from byte lengths wherever an engine encodes (no corpus tokenizer trims offsets).
+    for encoder in both.all.values():
+        assert encoder._offsets_from_lengths == (encoder.backend != "hf")
+
+
+def _shortcut_only(both) -> tuple[str, ...]:
+    plan = both.auto._rank_bpe
+    return plan.shortcut_only if plan is not None else ()
 
 
 @settings(PROFILE, max_examples=200, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
-def test_both_backends_equal_tokenizer_encode(both, data):
-    name, tokenizer, auto, forced = both
-    shortcut_only = auto._rank_bpe.shortcut_only if auto._rank_bpe is not None else ()
-    text = data.draw(adversarial(sorted(auto.added_token_strings), shortcut_only), label="text")
-    want = tokenizer.encode(text, add_special_tokens=False)
-    assert auto.encode(text) == want, name
-    assert forced.encode(text) == want, name
-    # Offsets: both backends give the library's starts (for the whole text in one piece).
-    whole = [start for start, _ in tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
-    assert auto.encode_with_offsets(text) == forced.encode_with_offsets(text) == (want, whole), name
+def test_every_backend_equals_tokenizer_encode(both, data):
+    text = data.draw(adversarial(sorted(both.auto.added_token_strings), _shortcut_only(both)), label="text")
+    want = both.tokenizer.encode(text, add_special_tokens=False)
+    # Offsets: every backend gives the library's starts (for the whole text in one piece).
+    whole = [start for start, _ in both.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
+    for kind, encoder in both.all.items():
+        assert encoder.encode(text) == want, (both.name, kind)
+        assert encoder.encode_with_offsets(text) == (want, whole), (both.name, kind)
+    texts = [text, text[::-1], text + text]
+    assert both.uncached.encode_many(texts) == both.auto.encode_many(texts) == [both.tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
 @settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(text=st.text(min_size=500, max_size=4000))
 def test_long_random_unicode(both, text):
-    name, tokenizer, auto, forced = both
-    want = tokenizer.encode(text, add_special_tokens=False)
-    assert auto.encode(text) == want, name
-    assert forced.encode(text) == want, name
+    want = both.tokenizer.encode(text, add_special_tokens=False)
+    for kind, encoder in both.all.items():
+        assert encoder.encode(text) == want, (both.name, kind)
 
 
 def test_long_pieces(both):
-    """Pieces far longer than a word (tiktoken switches to another merge loop for long pieces)."""
-    name, tokenizer, auto, _ = both
+    """Pieces far longer than a word (tiktoken switches to another merge loop for long pieces), and
+    texts past 64 KiB, which fastokens cuts into chunks for its threads and joins again."""
     texts = ["a" * 5000, " " * 3000, "ab" * 2500, "\n" * 1000, "ñ" * 2000, "中" * 3000, "😀" * 500, "xyz" * 1500 + "!" * 999,
              "".join(chr(0x61 + (k * 7) % 26) for k in range(6000)), "0" * 4000, "-=" * 2000]  # fmt: skip
+    source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
+    long_runs = "".join(f"{source[k * 997 : k * 997 + 1500]}{' ' * (k * 131 % 1500)}{'x' * (k * 257 % 2000)}\n" for k in range(60))
+    texts += [long_runs, source * 3, ("中文字 " * 7000)[:70_000], " " * 70_000 + "y"]
     for text in texts:
-        assert auto.encode(text) == tokenizer.encode(text, add_special_tokens=False), (name, text[:10])
+        want = both.tokenizer.encode(text, add_special_tokens=False)
+        for kind, encoder in both.all.items():
+            assert encoder.encode(text) == want, (both.name, kind, text[:10])
+
+
+def test_fastokens_results_do_not_depend_on_the_previous_call(both):
+    """fastokens keeps per-thread state between calls (a BPE word cache; in 0.3.2 a regex-match cache
+    that gave wrong ids for an input sharing 4 KB with the previous one, ending a whitespace run
+    where the previous input went on).  Inputs that share long prefixes and diverge at awkward
+    places, each right after its neighbour, then again in another order."""
+    if both.auto.backend != "fastokens":
+        pytest.skip(f"{both.name} is not encoded by fastokens ({both.auto.backend_reason})")
+    source = (REPO / "rllm_renderers" / "fast_encoder.py").read_text(encoding="utf-8")
+    filler, spaces = source[:5000], " " * 700
+    base = filler + spaces + "x" * 1500 + source[5000:19000]
+    texts = [filler + spaces + tail for tail in (" ", "\n", "\tx", "y", "x" + source[:2000], "  ")]
+    for cut in (4096, 5000, 5350, 5699, 5700, 5701, 6000, 6900, 7200, 15000):
+        texts += [base[:cut] + suffix for suffix in ("Z", " tail", "\n\nmore", "  ")] + [base, base + f" extended {cut}"]
+    want = [both.tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    for order in (texts, texts[::-1], texts[::2] + texts[1::2]):
+        for encoder in (both.auto, both.uncached):
+            encoder.clear_cache()
+            assert [encoder.encode(text) for text in order] == [want[texts.index(text)] for text in order], both.name
 
 
 def _sweep_texts() -> list[str]:
@@ -174,16 +219,16 @@ def _sweep_texts() -> list[str]:
 
 
 def test_rank_bpe_sweeps_unicode_like_the_library(both):
-    """All assigned code points in context: the two regex engines and NFC must agree everywhere."""
-    name, tokenizer, auto, forced = both
-    if auto.backend != "tiktoken":
-        pytest.skip(f"{name} is encoded by the HF backend ({auto.backend_reason})")
+    """All assigned code points in context: the regex engines and NFC must agree everywhere."""
+    if both.auto.backend == "hf":
+        pytest.skip(f"{both.name} is encoded by the HF backend ({both.auto.backend_reason})")
     texts = _sweep_texts()
-    plain = forced._copy("all")  # no added tokens matched: the spans' own function
+    plain = both.hf._copy("all")  # no added tokens matched: the spans' own function
     want = [encoding.ids for encoding in plain.encode_batch_fast(texts, add_special_tokens=False)]
-    got = [auto._rank_bpe.encode(text) for text in texts]
-    mismatches = [text[:40] for text, a, b in zip(texts, got, want) if a != b]
-    assert not mismatches, (name, len(mismatches), mismatches[:3])
+    for encoder in (both.auto, both.tiktoken):
+        got = encoder._rank_bpe.encode_many(texts)
+        mismatches = [text[:40] for text, a, b in zip(texts, got, want) if a != b]
+        assert not mismatches, (both.name, encoder.backend, len(mismatches), mismatches[:3])
 
 
 def test_nfc_is_skipped_only_where_the_library_changes_nothing():
@@ -272,17 +317,19 @@ def test_tokens_the_merge_loop_never_makes_are_left_out(ignore_merges, monkeypat
     assert plan.shortcut_only == (("abc", "dd") if ignore_merges else ())
     assert ("given only by the whole-word shortcut" if ignore_merges else "left out of the ranks") in reason
     tokenizer = Tokenizer.from_str(json.dumps(data))
-    encoder = TextEncoder(tokenizer)
-    assert encoder.backend == "tiktoken"
     texts = LEFT_OUT_TEXTS + ["dd", "add", "dd dd", "ddd"]
-    assert [encoder.encode(text) for text in texts] == [tokenizer.encode(text).ids for text in texts]
     assert (tokenizer.encode("abc").ids == [vocab["abc"]]) is ignore_merges  # the shortcut, or [a, bc]
-    for text in texts:
-        ids = plan.encode(text)
-        if ignore_merges and ("abc" in text or "dd" in text):
-            assert ids is None, text  # the library's to encode
-        else:
-            assert ids == tokenizer.encode(text).ids, text
+    for backend in ("fastokens", "tiktoken"):
+        encoder = TextEncoder(tokenizer, backend=backend)
+        assert encoder.backend == backend
+        assert [encoder.encode(text) for text in texts] == [tokenizer.encode(text).ids for text in texts]
+        engine = encoder._rank_bpe
+        for text in texts:
+            ids = engine.encode(text)
+            if ignore_merges and ("abc" in text or "dd" in text):
+                assert ids is None, (backend, text)  # the library's to encode
+            else:
+                assert ids == tokenizer.encode(text).ids, (backend, text)
     fast_encoder._PLANS.clear()  # a new process: the same plan from the remembered marker
     monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
     again, again_reason = _plan(data)
@@ -291,16 +338,19 @@ def test_tokens_the_merge_loop_never_makes_are_left_out(ignore_merges, monkeypat
     assert [again.encode(text) for text in texts] == [plan.encode(text) for text in texts]
 
 
+@pytest.mark.parametrize("backend", ["fastokens", "tiktoken"])
 @pytest.mark.parametrize("name", ["qwen35", "qwen35-file"])
-def test_qwen35_words_only_the_shortcut_gives(name):
+def test_qwen35_words_only_the_shortcut_gives(name, backend):
     """Qwen3.5 as transformers rebuilds it (no whole-word shortcut): 201 tokens are never given, and
     left out of the ranks (token 170315 "yarakat" is [88, 26980, 266]).  The file as written (the
     shortcut on, merges closed): the 83 tokens no merge makes are given for a word equal to one,
     so a span containing one goes to HF."""
     tokenizer = _load(name)
-    encoder = TextEncoder(tokenizer)
-    plan = encoder._rank_bpe
-    assert encoder.backend == "tiktoken" and plan is not None, encoder.backend_reason
+    encoder = TextEncoder(tokenizer, backend=backend)
+    engine = encoder._rank_bpe
+    assert encoder.backend == backend and engine is not None, encoder.backend_reason
+    plan = rank_bpe_plan(tokenizer.backend_tokenizer)[0]  # the tiktoken engine, for its ranks
+    assert (engine.left_out, engine.shortcut_only) == (plan.left_out, plan.shortcut_only)
     if name == "qwen35":
         assert (plan.left_out, plan.shortcut_only) == (201, ())
         assert b"yarakat" not in plan.ranks and "加拿大".encode() not in plan.ranks
@@ -308,7 +358,7 @@ def test_qwen35_words_only_the_shortcut_gives(name):
     else:
         assert plan.left_out == len(plan.shortcut_only) == 83 and "加拿大" in plan.shortcut_only
         assert plan.ranks[b"yarakat"] == 170315  # a product: the shortcut gives it in both
-        assert plan.encode("加拿大") is None and plan.encode("see 加拿大!") is None
+        assert engine.encode("加拿大") is None and engine.encode("see 加拿大!") is None
         assert tokenizer.encode("加拿大", add_special_tokens=False) == [108918]
     contexts = ("{}", "x{}", "{}{}", "the{}. ", "<|im_start|>user\n{}<|im_end|>")
     texts = [context.format(word, word) for word in QWEN35_LEFT_OUT for context in contexts]
@@ -316,7 +366,7 @@ def test_qwen35_words_only_the_shortcut_gives(name):
     want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     assert [encoder.encode(text) for text in texts] == want
     assert [encoder.encode_with_offsets(text)[0] for text in texts] == [encoder.encode(text) for text in texts]
-    uncached = TextEncoder(tokenizer, span_cache_size=0)  # the path without cache sends spans HF's way too
+    uncached = TextEncoder(tokenizer, backend=backend, span_cache_size=0)  # without cache: spans go HF's way too
     assert [uncached.encode(text) for text in texts] == want
     # Without the guard (left-out tokens put back in the ranks, or no search) tiktoken is wrong.
     put_back = {**plan.ranks, b"yarakat": 170315, "加拿大".encode(): 108918}
@@ -407,7 +457,7 @@ STAGED_TEXT = st.lists(st.one_of(DIGITS, CJK_EMOJI, COMBINING, WHITESPACE, CODEI
 
 @functools.lru_cache(maxsize=None)
 def _staged_encoder(name: str) -> TextEncoder:
-    return TextEncoder(load_tokenizer(_tokenizer_dir(name)))
+    return TextEncoder(load_tokenizer(_tokenizer_dir(name)), backend="tiktoken")
 
 
 @pytest.mark.parametrize("name", ["dsv3", "dsv4"])
@@ -484,19 +534,37 @@ def test_bytes_of_byte_level():
 
 def test_env_var_forces_hf(monkeypatch):
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
-    assert TextEncoder(tokenizer).backend == "tiktoken"
-    monkeypatch.setenv("RLLM_RENDERERS_ENCODER", "hf")
-    assert TextEncoder(tokenizer).backend == "hf"
-    assert text_encoder_for(tokenizer).backend == "hf"
+    assert TextEncoder(tokenizer).backend == "fastokens"
+    for forced in ("hf", "tiktoken", "fastokens"):
+        monkeypatch.setenv("RLLM_RENDERERS_ENCODER", forced)
+        assert TextEncoder(tokenizer).backend == forced
+        assert text_encoder_for(tokenizer).backend == forced
+    assert TextEncoder(tokenizer, backend="hf").backend == "hf"  # the argument wins
     monkeypatch.setenv("RLLM_RENDERERS_ENCODER", "rust")
-    with pytest.raises(ValueError, match="'auto' or 'hf'"):
+    with pytest.raises(ValueError, match="'auto', 'hf', 'fastokens', 'tiktoken'"):
         TextEncoder(tokenizer)
+
+
+def test_without_fastokens_tiktoken_encodes(monkeypatch):
+    """fastokens missing (not installed): auto falls back to tiktoken and says why; forced, to HF."""
+    tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
+    fast_encoder._PLANS.clear()
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # import fastokens raises ImportError
+    try:
+        auto = TextEncoder(tokenizer)
+        assert auto.backend == "tiktoken" and "fastokens is not installed" in auto.backend_reason
+        forced = TextEncoder(tokenizer, backend="fastokens")
+        assert forced.backend == "hf" and "fastokens is not installed" in forced.backend_reason
+        text = "<|user|>hello 中文 12345<|assistant|>"
+        assert auto.encode(text) == forced.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+    finally:
+        fast_encoder._PLANS.clear()  # the plans without fastokens must not outlive the patch
 
 
 # ---------------------------------------------------------------------------- shared tokenizer objects
 
 
-@pytest.mark.parametrize("name, backend", [("qwen3", "auto"), ("qwen3", "hf"), ("gptoss", "auto")])
+@pytest.mark.parametrize("name, backend", [("qwen3", "auto"), ("qwen3", "hf"), ("qwen3", "tiktoken"), ("gptoss", "auto")])
 def test_padding_thread_cannot_change_ids(name, backend):
     """Issue 12 item 1: one tokenizer object, renders in some threads, another pads and truncates with it."""
     tokenizer = load_tokenizer(_tokenizer_dir(name))
@@ -524,19 +592,48 @@ def test_padding_thread_cannot_change_ids(name, backend):
     assert wrong == 0, f"{wrong} of {2 * 10 * len(texts)} encodes were wrong"
 
 
+def test_threads_share_one_fastokens_engine():
+    """One engine per tokenizer content, shared by every encoder and thread; fastokens lets go of the GIL
+    from 16 KB on, so long texts from several threads run in it at once."""
+    tokenizer = load_tokenizer(_tokenizer_dir("qwen3"))
+    encoders = [TextEncoder(tokenizer, span_cache_size=0), TextEncoder(tokenizer)]
+    assert encoders[0]._rank_bpe is encoders[1]._rank_bpe and encoders[0].backend == "fastokens"
+    source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
+    texts = [f"<|im_start|>user\n{source[k * 500 : k * 500 + 20_000]}<|im_end|>\n<think>{k}</think>" for k in range(24)]
+    want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    wrong: list[int] = []
+
+    def work(encoder: TextEncoder) -> None:
+        for _ in range(3):
+            wrong.extend(k for k, text in enumerate(texts) if encoder.encode(text) != want[k])
+
+    threads = [threading.Thread(target=work, args=(encoders[k % 2],)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
 # ---------------------------------------------------------------------------- span cache
 
 
-@pytest.mark.parametrize("name", ["qwen3", "llama31"])
+@pytest.mark.parametrize("name", ["qwen3", "llama31", "gptoss"])
 def test_warm_equals_cold(name):
+    """Warm (span cache) == cold, on the one-call path too, where only spans of LONG_CHARS or more are
+    looked up: a shared ASCII block, a shared block NFC changes, short and long spans between tokens."""
     tokenizer = load_tokenizer(_tokenizer_dir(name))
     warm, cold = TextEncoder(tokenizer), TextEncoder(tokenizer, span_cache_size=0)
     system = "You are a careful assistant. " * 40
+    decomposed = "cafe\u0301 nai\u0308ve \u2126 " * 80  # NFC changes it (qwen3's normalizer)
+    assert len(system) >= warm._cache.LONG_CHARS and len(decomposed) >= warm._cache.LONG_CHARS
     added = sorted(warm.added_token_strings)
     marker = added[0]
     texts = [f"{marker}{system}{marker}question {k} {'x' * k}{marker}" for k in range(30)]
+    texts += [f"{decomposed}{marker}{marker}{'y ' * (k * 100)}{marker}{system}" for k in range(8)]
     for text in texts + texts:
         assert warm.encode(text) == cold.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+        assert warm.encode_many([text]) == [cold.encode(text)]
     assert any(span == system for _, span in warm._cache._entries)  # the shared block was cached
     assert not cold._cache._entries
     warm.clear_cache()
@@ -547,7 +644,7 @@ def test_span_cache_is_bounded():
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
     encoder = TextEncoder(tokenizer, span_cache_size=5)
     for k in range(50):
-        encoder.encode(f"a fairly long span of text number {k} " * 2)
+        encoder.encode(f"a fairly long span of text number {k} " * 40)  # past LONG_CHARS: looked up on every path
     assert len(encoder._cache._entries) == 5
 
 
@@ -592,11 +689,13 @@ OFFSET_TEXTS = [
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen35", "qwen35-file", "dsv3", "gptoss", "llama31", "synthetic/glm5"])
-def test_offsets_from_byte_lengths_equal_the_library(name, monkeypatch):
+@pytest.mark.parametrize("backend", ["fastokens", "tiktoken"])
+def test_offsets_from_byte_lengths_equal_the_library(name, backend, monkeypatch):
     """Every text, in every added-token context: the starts of ``encode_with_offsets`` are the library's,
     and spans NFC leaves alone never call the library."""
     tokenizer = _load(name)
-    encoder = TextEncoder(tokenizer, span_cache_size=0)
+    encoder = TextEncoder(tokenizer, backend=backend, span_cache_size=0)
+    assert encoder.backend == backend
     forced = TextEncoder(tokenizer, backend="hf")
     assert encoder._offsets_from_lengths
     marker = max(encoder.added_token_strings, key=len)
@@ -629,7 +728,7 @@ def test_trimmed_offsets_are_left_to_the_library():
     data["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     tokenizer = Tokenizer.from_str(json.dumps(data))
     encoder = TextEncoder(tokenizer)
-    assert encoder.backend == "tiktoken" and not encoder._offsets_from_lengths
+    assert encoder.backend == "fastokens" and not encoder._offsets_from_lengths
     text = "hello   world, again <|im_end|> more"
     whole = tokenizer.encode(text, add_special_tokens=False)
     library = [start for start, _ in whole.offsets]

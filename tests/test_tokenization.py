@@ -93,12 +93,18 @@ def _assert_offsets(encoder: TextEncoder, text: str, ids: list[int], starts: lis
 # ---------------------------------------------------------------------------- corpus tokenizers
 
 
-@pytest.fixture(scope="module", params=CORPUS_TOKENIZERS)
+# Every backend: auto (fastokens where the proof holds), the same without span cache (one engine call
+# per text), tiktoken, HF.
+BACKENDS = {"auto": {}, "uncached": {"span_cache_size": 0}, "tiktoken": {"backend": "tiktoken"}, "hf": {"backend": "hf"}}
+
+
+@pytest.fixture(scope="module", params=[(name, kind) for name in CORPUS_TOKENIZERS for kind in BACKENDS], ids="-".join)
 def corpus(request):
     """(name, HF tokenizer, its TextEncoder, sorted added-token strings); one tokenizer loaded at a time."""
-    tokenizer = load_tokenizer(_corpus_tokenizer_dir(request.param))
-    encoder = TextEncoder(tokenizer)
-    return request.param, tokenizer, encoder, sorted(encoder.added_token_strings)
+    name, kind = request.param
+    tokenizer = load_tokenizer(_corpus_tokenizer_dir(name))
+    encoder = TextEncoder(tokenizer, **BACKENDS[kind])
+    return f"{name} ({encoder.backend})", tokenizer, encoder, sorted(encoder.added_token_strings)
 
 
 @settings(PROFILE, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
