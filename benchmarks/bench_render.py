@@ -533,7 +533,7 @@ class Case:
     prime_match: str
     tml_match: str
     message_chars: float
-    bridge_inputs: list[tuple[list[int], list[int], list[dict]]]
+    bridge_inputs: list[tuple[list[int], list[int], list[dict], list[dict]]]
     bridge_ok: str
 
 
@@ -615,14 +615,16 @@ def prepare_case(
         # The bridge: the last assistant turn was sampled, the message after it arrives.
         assert messages[-2]["role"] == "assistant"
         prompt_ids, completion_ids = completion_for(gen, messages[:-2], messages[-2], tools)
-        bridged = gen.bridge_to_next_turn(prompt_ids, completion_ids, [messages[-1]], tools=tools)
+        # (the prompt ids come from completion_for's text encode, not from render_ids, so the renderer does
+        # not remember them: the history is handed over, as an engine that keeps its messages does)
+        bridged = gen.bridge_to_next_turn(prompt_ids, completion_ids, [messages[-1]], tools=tools, messages=messages[:-2])
         if bridged is None:
             bridge_none += 1
         else:
             assert bridged.token_ids == expected, f"{name}: bridge differs from the full re-render"
         texts.append(text)
         ids.append(expected)
-        bridge_inputs.append((prompt_ids, completion_ids, [messages[-1]]))
+        bridge_inputs.append((prompt_ids, completion_ids, [messages[-1]], messages[:-2]))
     for messages in warm_variants:  # warm == cold on every conversation the warm column renders
         warm_ids = gen.render_ids(messages, tools=tools, add_generation_prompt=True)
         assert warm_ids == cold.render_ids(messages, tools=tools, add_generation_prompt=True)
@@ -657,7 +659,7 @@ def run_case(case: Case, tokenizer, template: str, gen, cold, prime, tml, sample
         "encode": lambda i: tokenizer.encode(texts[i], add_special_tokens=False),
         "text": lambda i: gen.render_text(v[i], tools=tools, add_generation_prompt=True),
         "render": lambda i: gen.render(v[i], tools=tools, add_generation_prompt=True),
-        "bridge": lambda i: gen.bridge_to_next_turn(*bridge_inputs[i], tools=tools),
+        "bridge": lambda i: gen.bridge_to_next_turn(*bridge_inputs[i][:3], tools=tools, messages=bridge_inputs[i][3]),
     }
     if prime is not None:
         backends["prime"] = lambda i: prime.render_ids(v[i], tools=tools, add_generation_prompt=True)
@@ -668,7 +670,7 @@ def run_case(case: Case, tokenizer, template: str, gen, cold, prime, tml, sample
 
 def parse_throughput(case: Case, gen, samples: int, sample_s: float) -> float:
     """Tokens per second of ``parse_response`` on the sampled assistant turns of the case."""
-    completions = [completion for _, completion, _ in case.bridge_inputs]
+    completions = [completion for _, completion, _, _ in case.bridge_inputs]
     timing = measure(
         {"parse": lambda i: gen.parse_response(completions[i], tools=case.tools)}, len(completions), samples, sample_s
     )["parse"]
@@ -948,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nparse_response throughput (agentic completions: reasoning + tool calls):")
     for case, rate in parse_rows:
-        tokens = statistics.mean(len(c) for _, c, _ in case.bridge_inputs)
+        tokens = statistics.mean(len(c) for _, c, _, _ in case.bridge_inputs)
         print(f"  {case.family.name:8} {case.size:6} {tokens:6.0f} tokens/completion  {rate / 1e6:6.2f} M tokens/s")
     median_ms, min_ms = import_time_ms()
     print(f"\nimport rllm_renderers (fresh interpreter, 9 runs): median {median_ms:.1f} ms, min {min_ms:.1f} ms")
