@@ -136,6 +136,29 @@ def _longest_match_pattern(strings: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile(after(trie)) if trie else None
 
 
+def _added_token_probe(contents: Iterable[str]) -> str:
+    """A text on which two scans for ``contents`` that were not both leftmost-longest would differ:
+    each content between words and glued to them, each content followed by the rest of every
+    longer content it begins (and by that rest cut short), and each content followed by what
+    completes a content that one of its suffixes begins."""
+    contents = sorted(set(contents))
+    starting = {}  # a proper prefix of some content -> that content
+    for content in contents:
+        for end in range(1, len(content)):
+            starting.setdefault(content[:end], content)
+    pieces = []
+    for content in contents:
+        pieces += [f" {content} ", f"x{content}y", content + content]
+        longer = starting.get(content)
+        if longer is not None:
+            pieces += [longer, content + longer[len(content) : -1]]
+        for cut in range(1, len(content)):
+            other = starting.get(content[cut:])
+            if other is not None:
+                pieces.append(content + other[len(content) - cut :])
+    return "\n".join(pieces)
+
+
 @dataclass(frozen=True)
 class _AddedToken:
     """What the splitter needs to know about one non-normalized added token."""
@@ -376,6 +399,9 @@ class TextEncoder:
                 not token.skipped and contents.get(token.id) == content for content, token in self._splitters.items()
             ):
                 self._cut = re.compile(f"({self._pattern.pattern})").split
+        # Where fastokens' own scan for added tokens is shown to find what the cut finds, a text that
+        # needs no NFC is not cut at all: it goes as one segment (``_engine_scans_like_the_cut``).
+        self._engine_scans = self._cut is not None and self._engine_scans_like_the_cut()
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
         self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
@@ -482,10 +508,34 @@ class TextEncoder:
     def _encode_cut(self, text: str) -> list[int]:
         """One fastokens call for the whole text (module docstring); with the span cache on, spans of
         ``_SpanCache.LONG_CHARS`` or more (a shared system prompt and tools block) are looked up
-        instead, and the text between them goes in one call per stretch."""
+        instead, and the text between them goes in one call per stretch.  Where the engine scans
+        for the added tokens itself, a text that needs no NFC is not cut: one segment (or, with a
+        long span to look up, one segment per stretch between long spans)."""
+        marked = self._engine_scans and (not self._rank_bpe.nfc or text.isascii())
         if not self._cache.size:
+            if marked:
+                return self._rank_bpe.encode_marked(text)
             return self._rank_bpe.encode_alternating(text, self._cut(text))
-        return self._rank_bpe.encode_alternating(text, self._cut(text), self._long_span_ids, _SpanCache.LONG_CHARS)
+        if marked and len(text) < _SpanCache.LONG_CHARS:  # no span can be long enough to look up
+            return self._rank_bpe.encode_marked(text)
+        return self._rank_bpe.encode_alternating(
+            text, self._cut(text), self._long_span_ids, _SpanCache.LONG_CHARS, marked_stretches=marked
+        )
+
+    def _engine_scans_like_the_cut(self) -> bool:
+        """Whether fastokens, given text as one ``allow_special`` segment, finds the added tokens the
+        cut finds, at the same places.  Both are leftmost-longest scans (the library's
+        ``AddedVocabulary``, which fastokens reimplements, and :func:`_longest_match_pattern`) over
+        the same contents, none with ``lstrip``/``rstrip``/``single_word``/``normalized`` (the cut's
+        conditions), so they agree if the engine holds exactly those contents with those ids (checked
+        here) and implements the scan as documented, which is checked on :func:`_added_token_probe`:
+        each content alone, inside words, against the longer contents it begins and overlapping the
+        contents its suffixes begin.  The differential tests check the ids on adversarial text."""
+        ours = {content: token.id for content, token in self._splitters.items()}
+        if self._rank_bpe.engine_added_tokens() != ours:
+            return False
+        probe = _added_token_probe(ours)
+        return self._rank_bpe.encode_marked(probe) == self._rank_bpe.encode_alternating(probe, self._cut(probe))
 
     def _long_span_ids(self, span: str) -> list[int]:
         """The ids of a normalized span, through the span cache (its key: the engine's name and the span)."""
