@@ -158,6 +158,7 @@ def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | 
     expressions = [expression for statement in statements for expression in ir.expressions_of(statement)]
     expressions += [p.default for method in program.methods for p in method.parameters if p.default is not None]
     uses_runtime = any("jinja" in ir.names_read(expression) for expression in expressions)
+    uses_runtime = uses_runtime or any(method.memoized for method in program.methods)  # @jinja.memoized_macro
     if uses_runtime:
         imports.append(ast.ImportFrom(module="rllm_renderers", names=[ast.alias("template_runtime", "jinja")], level=0))
     if parent is None:

@@ -196,6 +196,10 @@ class DifferentialChecker:
             return Failure(case, f"the template renders but the renderer raised {type(exc).__name__}: {exc}")
         if actual != expected:
             return Failure(case, "text differs", text_diff(expected, actual))
+        # Again, with the caches this render filled (converted tools, memoized macros) now warm.
+        again = renderer.render_text(messages, **arguments)
+        if again != expected:
+            return Failure(case, "text differs on the second render (warm caches)", text_diff(expected, again))
         self.report.text_matched += 1
         if self.tokenizer is None:
             return None

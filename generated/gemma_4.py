@@ -220,6 +220,7 @@ class Gemma4Renderer(GeneratedRenderer):
                 if not jinja.default(enable_thinking, False):
                     out.append("<|channel>thought\n<channel|>")
 
+    @jinja.memoized_macro
     def macro_format_parameters(self, properties=jinja.Undefined("properties"), required=jinja.Undefined("required")):
         """The template's macro format_parameters (lines 1-82)."""
         parts_ = []
@@ -366,6 +367,7 @@ class Gemma4Renderer(GeneratedRenderer):
                 parts_.append('type:<|"|>' + jinja.upper(jinja.getitem(value, "type")) + '<|"|>}')
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_format_function_declaration(self, tool_data=jinja.Undefined("tool_data")):
         """The template's macro format_function_declaration (lines 86-116)."""
         parts_ = []
@@ -411,6 +413,7 @@ class Gemma4Renderer(GeneratedRenderer):
         parts_.append("}")
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_format_argument(self, argument=jinja.Undefined("argument"), escape_keys=True):
         """The template's macro format_argument (lines 118-145)."""
         parts_ = []
@@ -449,6 +452,7 @@ class Gemma4Renderer(GeneratedRenderer):
             parts_.append(str(argument))
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_strip_thinking(self, text=jinja.Undefined("text")):
         """The template's macro strip_thinking (lines 148-157)."""
         parts_ = []
@@ -463,6 +467,7 @@ class Gemma4Renderer(GeneratedRenderer):
         parts_.append(jinja.trim(ns.result))
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_format_tool_response_block(
         self, tool_name=jinja.Undefined("tool_name"), response=jinja.Undefined("response")
     ):

@@ -92,6 +92,7 @@ class Glm46Renderer(GeneratedRenderer):
                 + ("\n<think></think>" if jinja.is_defined(enable_thinking) and not enable_thinking else "")
             )
 
+    @jinja.memoized_macro
     def macro_visible_text(self, content=jinja.Undefined("content")):
         """The template's macro visible_text (lines 23-35)."""
         parts_ = []

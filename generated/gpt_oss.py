@@ -129,6 +129,7 @@ class GptOssRenderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
+    @jinja.memoized_macro
     def macro_render_typescript_type(
         self,
         param_spec=jinja.Undefined("param_spec"),
@@ -244,6 +245,7 @@ class GptOssRenderer(GeneratedRenderer):
             parts_.append("any")
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_render_tool_namespace(
         self, namespace_name=jinja.Undefined("namespace_name"), tools=jinja.Undefined("tools")
     ):
@@ -287,6 +289,7 @@ class GptOssRenderer(GeneratedRenderer):
         parts_.append("} // namespace " + namespace_name)
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_render_builtin_tools(
         self, browser_tool=jinja.Undefined("browser_tool"), python_tool=jinja.Undefined("python_tool")
     ):

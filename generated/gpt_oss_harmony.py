@@ -155,6 +155,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
+    @jinja.memoized_macro
     def macro_text(self, content=jinja.Undefined("content")):
         """The template's macro text (lines 25-31)."""
         parts_ = []
@@ -169,6 +170,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                     parts_.append(str(part["text"] if jinja.is_defined(part["text"]) else ""))
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_ts_type(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
         """The template's macro ts_type (lines 38-68)."""
         parts_ = []
@@ -215,6 +217,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             raise jinja.TemplateError("the harmony template cannot declare this JSON schema: " + jinja.tojson(schema))
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_ts_properties(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
         """The template's macro ts_properties (lines 72-83)."""
         parts_ = []

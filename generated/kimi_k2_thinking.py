@@ -91,6 +91,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
         if add_generation_prompt:
             out.append("<|im_assistant|>assistant<|im_middle|>")
 
+    @jinja.memoized_macro
     def macro_render_content(self, msg=jinja.Undefined("msg")):
         """The template's macro render_content (lines 1-10)."""
         parts_ = []
@@ -108,6 +109,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
                     parts_.append(str(jinja.getitem(content, "text")))
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_set_roles(self, message=jinja.Undefined("message")):
         """The template's macro set_roles (lines 16-23)."""
         parts_ = []
@@ -121,6 +123,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
             parts_.append("<|im_system|>" + str(role_name) + "<|im_middle|>")
         return "".join(parts_)
 
+    @jinja.memoized_macro
     def macro_render_toolcalls(self, message=jinja.Undefined("message")):
         """The template's macro render_toolcalls (lines 28-34)."""
         parts_ = []

@@ -123,6 +123,7 @@ class MinimaxM2Renderer(Glm46Renderer):
         if add_generation_prompt:
             out.append("]~b]ai\n<think>\n")
 
+    @jinja.memoized_macro
     def macro_render_tool_namespace(
         self, namespace_name=jinja.Undefined("namespace_name"), tool_list=jinja.Undefined("tool_list")
     ):

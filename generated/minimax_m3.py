@@ -255,6 +255,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
             elif thinking_mode == "disabled":
                 out.append("</mm:think>")
 
+    @jinja.memoized_macro
     def macro_visible_text(self, content=jinja.Undefined("content")):
         """The template's macro visible_text (lines 19-35)."""
         parts_ = []

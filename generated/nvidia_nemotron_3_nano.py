@@ -188,6 +188,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             else:
                 out.append("<|im_start|>assistant\n<think></think>")
 
+    @jinja.memoized_macro
     def macro_render_extra_keys(
         self, json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
     ):

@@ -184,40 +184,41 @@ class GeneratedRenderer(ABC):
         """
         if not isinstance(messages, (list, tuple)):
             raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
-        normalized = []
-        for index, message in enumerate(messages):
-            if not isinstance(message, dict):
-                raise ValueError(f"message {index} must be a dict, got {type(message).__name__}")
-            role = message.get("role")
-            if not isinstance(role, str):
-                raise ValueError(f"message {index} field 'role' must be a string, got {type(role).__name__}")
-            if self.ROLES and role not in self.ROLES:
-                raise ValueError(
-                    f"unknown role {role!r} in message {index}; {type(self).__name__} renders the roles "
-                    + ", ".join(self.ROLES)
-                )
-            for key in ("name", "tool_call_id", *REASONING_FIELDS):
-                value = message.get(key)
-                if value is not None and not isinstance(value, str):
-                    raise ValueError(f"message {index} field {key!r} must be a string, got {type(value).__name__}")
-            content = message.get("content")
-            if isinstance(content, (list, tuple)):
-                message = {**message, "content": self._normalize_content_parts(content, index)}
-            elif content is not None and not isinstance(content, str):
-                raise ValueError(
-                    f"message {index} field 'content' must be a string, a list of content parts or None, "
-                    f"got {type(content).__name__}"
-                )
-            tool_calls = message.get("tool_calls")
-            if tool_calls is not None and not isinstance(tool_calls, (list, tuple)):
-                raise ValueError(f"message {index} field 'tool_calls' must be a list, got {type(tool_calls).__name__}")
-            if tool_calls:
-                message = {
-                    **message,
-                    "tool_calls": [self._normalize_tool_call(call, index) for call in tool_calls],
-                }
-            normalized.append(message)
-        return normalized
+        return [self._normalize_message(message, index) for index, message in enumerate(messages)]
+
+    def _normalize_message(self, message: Any, index: int) -> Message:
+        """One message of :meth:`normalize_messages` (``index``: its position, for errors)."""
+        if not isinstance(message, dict):
+            raise ValueError(f"message {index} must be a dict, got {type(message).__name__}")
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise ValueError(f"message {index} field 'role' must be a string, got {type(role).__name__}")
+        if self.ROLES and role not in self.ROLES:
+            raise ValueError(
+                f"unknown role {role!r} in message {index}; {type(self).__name__} renders the roles "
+                + ", ".join(self.ROLES)
+            )
+        for key in ("name", "tool_call_id", *REASONING_FIELDS):
+            value = message.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"message {index} field {key!r} must be a string, got {type(value).__name__}")
+        content = message.get("content")
+        if isinstance(content, (list, tuple)):
+            message = {**message, "content": self._normalize_content_parts(content, index)}
+        elif content is not None and not isinstance(content, str):
+            raise ValueError(
+                f"message {index} field 'content' must be a string, a list of content parts or None, "
+                f"got {type(content).__name__}"
+            )
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, (list, tuple)):
+            raise ValueError(f"message {index} field 'tool_calls' must be a list, got {type(tool_calls).__name__}")
+        if tool_calls:
+            message = {
+                **message,
+                "tool_calls": [self._normalize_tool_call(call, index) for call in tool_calls],
+            }
+        return message
 
     def _normalize_content_parts(self, parts: list | tuple, message_index: int) -> Any:
         """List content: joined text for a ``"string"`` template, the parts for a ``"parts"`` one."""
@@ -275,9 +276,21 @@ class GeneratedRenderer(ABC):
             for position, tool in enumerate(tools):
                 if not isinstance(tool, dict):
                     raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
-        template_message = jinja.template_message
-        prepared = [template_message(message, REASONING_FIELDS) for message in self.normalize_messages(messages)]
-        return jinja.TemplateList(prepared), jinja.template_data(tools)
+        if not isinstance(messages, (list, tuple)):
+            raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        template_message, template_str, roles = jinja.template_message, jinja.TemplateStr, self.ROLES
+        prepared = []
+        for index, message in enumerate(messages):
+            # the common chat message, {"role": ..., "content": "..."}: nothing to normalize or alias
+            if type(message) is dict and len(message) == 2:
+                role, content = message.get("role"), message.get("content")
+                if type(role) is str and type(content) is str and (not roles or role in roles):
+                    wrapped = jinja.TemplateDict(message)  # (keeps the caller's key order)
+                    wrapped["role"], wrapped["content"] = template_str(role), template_str(content)
+                    prepared.append(wrapped)
+                    continue
+            prepared.append(template_message(self._normalize_message(message, index), REASONING_FIELDS))
+        return jinja.TemplateList(prepared), jinja.template_tools(tools)
 
     # --- rendering ------------------------------------------------------------------
 
@@ -350,7 +363,7 @@ class GeneratedRenderer(ABC):
         else:
             ids = self.encoder.encode(text)
         if add_generation_prompt:  # a prompt the bridge may be asked to go on from
-            self.prompt_histories.remember(ids, History(list(template_messages), template_tools, text))
+            self.prompt_histories.remember(ids, History(template_messages, template_tools, text))
         return ids
 
     def render(

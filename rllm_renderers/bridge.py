@@ -42,8 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import template_runtime as jinja
 from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
@@ -184,10 +183,10 @@ def renders_by_call_ids(renderer: "GeneratedRenderer", history: "History", sampl
 # --- the history behind a prompt ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class History:
+class History(NamedTuple):
     """A conversation as the template sees it (converted messages and tools), and, when known, the
-    template's text for it with the generation prompt."""
+    template's text for it with the generation prompt.  (A named tuple: one is made per
+    ``render_ids`` with the generation prompt, and a frozen dataclass costs four times as much.)"""
 
     messages: list
     tools: Any
@@ -220,13 +219,17 @@ class PromptHistories:
 
     def remember(self, ids: list[int], history: History) -> None:
         """Remember ``history`` for a copy of ``ids`` (the caller may go on to change its list)."""
-        key, own = self._key(ids), list(ids)
+        key, own = self._key(ids), ids.copy() if type(ids) is list else list(ids)
         with self._lock:
-            bucket = self._entries.pop(key, [])
-            self._count -= len(bucket)
-            bucket = [(own, history)] + [entry for entry in bucket if entry[0] != own]
-            self._entries[key] = bucket
-            self._count += len(bucket)
+            bucket = self._entries.get(key)
+            if bucket is None:  # the common case: a prompt not seen before
+                self._entries[key] = [(own, history)]
+                self._count += 1
+            else:
+                self._entries.move_to_end(key)
+                self._count -= len(bucket)
+                bucket[:] = [(own, history)] + [entry for entry in bucket if entry[0] != own]
+                self._count += len(bucket)
             while self._count > self.size:
                 _, dropped = self._entries.popitem(last=False)
                 self._count -= len(dropped)
@@ -253,7 +256,7 @@ def history_of(renderer: "GeneratedRenderer", remembered: History | None, messag
     With ``messages``, a remembered prompt still lends its text (the template run it saves is
     only needed to know that text).
     """
-    if remembered is not None and remembered.tools != jinja.template_data(tools):
+    if remembered is not None and remembered.tools != jinja.template_tools(tools):
         remembered = None  # rendered with other tools: not this conversation
     if messages is None:
         return remembered

@@ -53,6 +53,7 @@ from .template_tests import __all__ as _TEST_NAMES
 from .template_values import *  # noqa: F401,F403
 from .template_values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
 from .template_values import __all__ as _VALUE_NAMES
+from .frozen_inputs import memoized_macro, template_tools  # noqa: F401  (generated code and base call them)
 
 __all__ = [
     *_VALUE_NAMES,
@@ -60,6 +61,8 @@ __all__ = [
     *_FILTER_NAMES,
     "GLOBALS",
     "REFUSED_GLOBALS",
+    "memoized_macro",
+    "template_tools",
     "raise_exception",
     "missing_filter_or_test",
     "strftime_now",

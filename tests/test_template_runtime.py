@@ -810,3 +810,33 @@ def test_template_message_is_the_message_as_transformers_hands_it(message):
     if reasoning is not None:
         plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
     assert _wrapped_shape(jinja.template_message(message, fields)) == _wrapped_shape(jinja.template_data(plain))
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", "robot"]), "content": st.text(max_size=6)}),
+            st.fixed_dictionaries({"content": st.one_of(st.text(max_size=6), st.none(), st.integers()), "role": st.sampled_from(["user", "assistant"])}),
+            st.dictionaries(_message_keys, _json_values, max_size=3).map(lambda m: {"role": "user", **m}),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_template_inputs_fast_path_is_the_general_conversion(messages):
+    """``template_inputs`` takes a shortcut for ``{"role": str, "content": str}`` messages; it must give
+    what normalizing then ``template_message`` gives (key order included), and refuse what that refuses."""
+    from rllm_renderers.base import REASONING_FIELDS
+    from rllm_renderers.generated.qwen3 import Qwen3Renderer
+
+    renderer = Qwen3Renderer(None)
+    try:
+        expected = [jinja.template_message(message, REASONING_FIELDS) for message in renderer.normalize_messages(messages)]
+    except ValueError as refusal:
+        with pytest.raises(ValueError) as raised:
+            renderer.template_inputs(messages, None)
+        assert str(raised.value) == str(refusal)
+        return
+    got, _ = renderer.template_inputs(messages, None)
+    assert _wrapped_shape(list(got)) == _wrapped_shape(expected)

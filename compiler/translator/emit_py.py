@@ -121,6 +121,7 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
 def method_lines(method: ir.Method) -> list[str]:
     parameters = _parameters(method.parameters, method.varargs, method.kwargs, True)
     return [
+        *([f"{INDENT}@jinja.memoized_macro"] if method.memoized else []),
         f"{INDENT}def {method.name}({parameters}):",
         f'{INDENT * 2}"""{method.docstring}"""',
         *statement_lines(method.body, 2),

@@ -121,6 +121,7 @@ class Method:
     docstring: str
     varargs: str | None = None
     kwargs: str | None = None
+    memoized: bool = False  # a pure macro: ``@jinja.memoized_macro``
 
 
 Stmt = Union[Comment, Append, Assign, ExprStmt, Raise, If, For, Break, Continue, Return, Function]

@@ -68,6 +68,23 @@ TEMPLATE_INPUTS = ("messages", "tools", "documents", "add_generation_prompt")
 RESERVED_NAMES = set(keyword.kwlist) | set(dir(builtins)) | {"jinja", "out", "self", "json", "parts"}
 
 
+
+# Globals whose value is not a function of the arguments: a macro calling one is not memoized.
+IMPURE_READS = frozenset({"strftime_now", "caller"})
+
+
+def pure_macros(hoisted: dict[str, str], macros: dict[str, Counter[str]]) -> set[str]:
+    """Hoisted macros whose text is a function of their arguments alone: they read no
+    ``strftime_now`` (the clock) and no ``caller`` (the call block's body), and call only macros
+    like them.  Their methods are ``@jinja.memoized_macro`` (:mod:`rllm_renderers.frozen_inputs`)."""
+    pure = {name_ for name_ in hoisted if not IMPURE_READS & set(+macros[name_])}
+    while True:
+        keep = {name_ for name_ in pure if all(other in pure for other in +macros[name_] if other in macros)}
+        if keep == pure:
+            return pure
+        pure = keep
+
+
 class Lowering(ExpressionLowering, ValueKinds):
     """Builds the IR of a template body; see the module docstring."""
 
@@ -155,6 +172,7 @@ class Lowering(ExpressionLowering, ValueKinds):
         macros = {macro.name: macro_reads(macro) for macro in template.find_all(nodes.Macro)}
         body = template.body
         self.hoisted = self.hoistable_macros(template, macros)
+        self.pure_macros = pure_macros(self.hoisted, macros)
         for macro_name in sorted(self.hoisted):
             method = self.fresh_method_name(f"macro_{macro_name}")
             self.hoisted[macro_name] = self.macros[macro_name] = method
@@ -568,6 +586,7 @@ class Lowering(ExpressionLowering, ValueKinds):
                     f"The template's macro {node.name} (lines {node.lineno}-{end_line}).",
                     varargs=function.varargs,
                     kwargs=function.kwargs,
+                    memoized=node.name in self.pure_macros,
                 )
             )
             return
