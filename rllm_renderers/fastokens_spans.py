@@ -177,47 +177,28 @@ class FastokensBpe(SpanBpe):
         return self._segments([(text, True)]).ids
 
     def encode_alternating(
-        self,
-        text: str,
-        parts: list[str],
-        long_span: Callable[[str], list[int]] | None = None,
-        long_chars: int = 0,
-        *,
-        marked_stretches: bool = False,
+        self, text: str, parts: list[str], long_span: Callable[[str], list[int]] | None = None, long_chars: int = 0
     ) -> list[int]:
         """The ids of ``text`` given as ``parts`` = span, added-token content, span, ..., span (spans
         possibly empty: ``re.split`` with one group around the added tokens), in one call.  Only for a
         tokenizer without shortcut-only tokens, and added-token contents from :attr:`added_contents`.
 
         ``long_span``: the ids of a (normalized) span of ``long_chars`` characters or more, from the
-        caller's cache; the segments between such spans go in one call each.  ``marked_stretches``:
-        each such stretch goes as one :meth:`encode_marked` segment instead of a segment per part
-        (the caller's promise as for :meth:`encode_marked`; a stretch starts and ends at an added
-        token's edge, so the engine finds there exactly the tokens the split found)."""
+        caller's cache; the segments between such spans go in one call each."""
         if self.nfc and not text.isascii():
             parts[::2] = [self.normalized(span) for span in parts[::2]]
-            marked_stretches = False  # a stretch would go to the engine unnormalized
         if long_span is None or max(map(len, parts[::2])) < long_chars:
             return self._segments(list(zip(parts, itertools.cycle((False, True))))).ids
         ids: list[int] = []
         segments: list[tuple[str, bool]] = []
-        stretch_start = at_char = 0
         for at, part in enumerate(parts):
             if at & 1 or len(part) < long_chars:
-                if not marked_stretches:
-                    segments.append((part, bool(at & 1)))
-                at_char += len(part)
+                segments.append((part, bool(at & 1)))
                 continue
-            if marked_stretches and stretch_start < at_char:
-                segments.append((text[stretch_start:at_char], True))
             if segments:
                 ids += self._segments(segments).ids
                 segments = []
             ids += long_span(part)
-            at_char += len(part)
-            stretch_start = at_char
-        if marked_stretches and stretch_start < at_char:
-            segments.append((text[stretch_start:at_char], True))
         if segments:
             ids += self._segments(segments).ids
         return ids

@@ -624,9 +624,9 @@ def test_warm_equals_cold(name):
     looked up: a shared ASCII block, a shared block NFC changes, short and long spans between tokens."""
     tokenizer = load_tokenizer(_tokenizer_dir(name))
     warm, cold = TextEncoder(tokenizer), TextEncoder(tokenizer, span_cache_size=0)
-    system = "You are a careful assistant. " * 40
+    system = "You are a careful assistant. " * 150
     decomposed = "cafe\u0301 nai\u0308ve \u2126 " * 80  # NFC changes it (qwen3's normalizer)
-    assert len(system) >= warm._cache.LONG_CHARS and len(decomposed) >= warm._cache.LONG_CHARS
+    assert len(system) >= warm._cache.MARKED_LONG_CHARS and len(decomposed) >= warm._cache.LONG_CHARS
     added = sorted(warm.added_token_strings)
     marker = added[0]
     texts = [f"{marker}{system}{marker}question {k} {'x' * k}{marker}" for k in range(30)]
@@ -636,6 +636,12 @@ def test_warm_equals_cold(name):
         assert warm.encode_many([text]) == [cold.encode(text)]
     assert any(span == system for _, span in warm._cache._entries)  # the shared block was cached
     assert not cold._cache._entries
+    # Past the leading block (the first LEADING_TOKENS added tokens), a long span is not looked up
+    # where the engine finds the added tokens itself; the ids are the same either way.
+    warm.clear_cache()
+    late = marker * warm._cache.LEADING_TOKENS + system + marker
+    assert warm.encode(late) == cold.encode(late) == tokenizer.encode(late, add_special_tokens=False)
+    assert bool(warm._cache._entries) == (not warm._engine_scans)
     warm.clear_cache()
     assert not warm._cache._entries
 
@@ -644,7 +650,7 @@ def test_span_cache_is_bounded():
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
     encoder = TextEncoder(tokenizer, span_cache_size=5)
     for k in range(50):
-        encoder.encode(f"a fairly long span of text number {k} " * 40)  # past LONG_CHARS: looked up on every path
+        encoder.encode(f"a fairly long span of text number {k} " * 120)  # past MARKED_LONG_CHARS: looked up on every path
     assert len(encoder._cache._entries) == 5
 
 
