@@ -182,8 +182,7 @@ class GeneratedRenderer(ABC):
         arguments take: ``"dict"`` parses JSON-string arguments, ``"string"`` serialises dict
         arguments with ``json.dumps(..., ensure_ascii=False)``, ``"either"`` keeps them as given.
         """
-        if not isinstance(messages, (list, tuple)):
-            raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        _check_message_list(messages)
         return [self._normalize_message(message, index) for index, message in enumerate(messages)]
 
     def _normalize_message(self, message: Any, index: int) -> Message:
@@ -276,8 +275,7 @@ class GeneratedRenderer(ABC):
             for position, tool in enumerate(tools):
                 if not isinstance(tool, dict):
                     raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
-        if not isinstance(messages, (list, tuple)):
-            raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        _check_message_list(messages)
         template_message, template_str, roles = jinja.template_message, jinja.TemplateStr, self.ROLES
         prepared = []
         for index, message in enumerate(messages):
@@ -665,6 +663,11 @@ class _ParseFacts(NamedTuple):
     stop_texts: dict[int, str]  # stop id -> its text
     stop_strings: list[str]
     detokenizer: Any  # a detokenize.Detokenizer, or None: decode with the tokenizer
+
+
+def _check_message_list(messages: Any) -> None:
+    if not isinstance(messages, (list, tuple)):
+        raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
 
 
 def rendering_position(out: RenderOutput, messages: list[Message]) -> str:

@@ -276,8 +276,9 @@ class _SpanCache:
     """A bounded, thread-safe LRU of span text -> ids (exact: spans are encoded independently)."""
 
     MIN_CHARS = 24  # shorter spans cost less to encode than to look up
-    # Where a whole text is one engine call (fastokens), a lookup also cuts that call in two: only
-    # spans this long are looked up there (a hit saves about 4 ns a character, the lookup ~1 us).
+    # On the cut path of fastokens (the text's pieces as segments of one call), a lookup also cuts
+    # that call in two: only spans this long are looked up there (a hit saves about 4 ns a
+    # character, the lookup ~1 us).
     LONG_CHARS = 1024
     # Where the engine finds the added tokens itself (TextEncoder._encode_marked), only spans of
     # MARKED_LONG_CHARS or more among a text's first LEADING_TOKENS added tokens are looked up: there

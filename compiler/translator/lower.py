@@ -68,7 +68,6 @@ TEMPLATE_INPUTS = ("messages", "tools", "documents", "add_generation_prompt")
 RESERVED_NAMES = set(keyword.kwlist) | set(dir(builtins)) | {"jinja", "out", "self", "json", "parts"}
 
 
-
 # Globals whose value is not a function of the arguments: a macro calling one is not memoized.
 IMPURE_READS = frozenset({"strftime_now", "caller"})
 
