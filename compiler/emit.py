@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import textwrap
 from dataclasses import dataclass
 
 import black
@@ -110,7 +111,7 @@ def emit_module(
     lines += ["", ""]
     base = parent.class_name if parent else "GeneratedRenderer"
     lines.append(f"class {spec.class_name}({base}):")
-    lines += class_docstring(facts, spec, turn, parent)
+    lines += class_docstring(facts, spec, turn, parent, program.resumption)
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
     lines.append(f"    KNOBS = {tuple(facts.knobs)!r}")
@@ -188,7 +189,11 @@ def header_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
 
 
 def class_docstring(
-    facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None, parent: Parent | None = None
+    facts: TemplateFacts,
+    spec: ModuleSpec,
+    turn: ProbeFacts | None,
+    parent: Parent | None = None,
+    resumption: object = None,
 ) -> list[str]:
     arguments = {
         "dict": "dicts (JSON-string arguments are parsed first)",
@@ -207,6 +212,8 @@ def class_docstring(
         lines.append(f"    Special tokens read from the tokenizer (or special_tokens=) when built: {names}.")
     if turn is not None:
         lines += ["", *("    " + line for line in turn.describe())]
+    if resumption is not None:
+        lines += textwrap.wrap(resumption.describe(), 100, initial_indent="    ", subsequent_indent="    ")
     if parent is not None:
         lines.append(f"    Inherits from {parent.class_name} (same code): {', '.join(parent.inherited)}.")
     return lines + ['    """', ""]

@@ -48,6 +48,8 @@ class VerificationReport:
     tokens_checked: int = 0
     tokens_matched: int = 0
     rejected_alike: int = 0  # cases the template and the renderer both refused
+    resumes_checked: int = 0  # renders resumed from a checkpoint of a shorter conversation, compared
+    resumed: int = 0  # of those, how many did resume (the rest re-ran the whole template)
     failure: Failure | None = None
     notes: list[str] = field(default_factory=list)
     # keep-going runs (against a reference that is not the template): every differing case
@@ -64,6 +66,8 @@ class VerificationReport:
         if self.tokens_checked:
             parts.append(f"tokens: {self.tokens_matched}/{self.tokens_checked} match")
         parts.append(f"({self.rejected_alike} rejected alike)")
+        if self.resumes_checked:
+            parts.append(f"resumed: {self.resumed} of {self.resumes_checked} renders, all exact")
         return ", ".join(parts)
 
     def disagreement_report(self) -> str:
@@ -200,6 +204,9 @@ class DifferentialChecker:
         again = renderer.render_text(messages, **arguments)
         if again != expected:
             return Failure(case, "text differs on the second render (warm caches)", text_diff(expected, again))
+        failure = self._check_resumed(renderer, messages, arguments, expected, case)
+        if failure is not None:
+            return failure
         self.report.text_matched += 1
         if self.tokenizer is None:
             return None
@@ -212,6 +219,38 @@ class DifferentialChecker:
         if rendered.token_ids != actual_ids or len(rendered.message_indices) != len(actual_ids):
             return Failure(case, "render() disagrees with render_ids()")
         self.report.tokens_matched += 1
+        return None
+
+    def _check_resumed(self, renderer, messages, arguments, expected: str, case: Case) -> Failure | None:
+        """Render the case again resumed from each shorter conversation's checkpoint (as the bridge
+        does): the text, message marks and content ranges must be the full render's from the
+        resumed point on."""
+        converted, tools = renderer.template_inputs(messages, arguments["tools"])
+        gp = arguments["add_generation_prompt"]
+        full = None
+        for length in range(1, len(converted)):
+            try:
+                shorter = renderer._run_template(jinja.TemplateList(converted[:length]), tools, True, record=True)
+            except ValueError:
+                continue  # the template refuses the shorter conversation: no prompt to go on from
+            checkpoint = shorter.checkpoint
+            if checkpoint is None:
+                continue
+            self.report.resumes_checked += 1
+            resumed = renderer._run_template(converted, tools, gp, resume_from=checkpoint)
+            origin = resumed.origin
+            if resumed.resumed_at is None:
+                continue
+            self.report.resumed += 1
+            if shorter.text()[:origin] != expected[:origin] or resumed.text() != expected[origin:]:
+                detail = text_diff(expected[origin:], resumed.text())
+                return Failure(case, f"text differs when resumed after message {length} (at character {origin})", detail)
+            if full is None:
+                full = renderer._run_template(converted, tools, gp)
+            if shifted(resumed.message_spans(), origin) != spans_from(full.message_spans(), origin) or [
+                (low + origin, high + origin) for low, high in resumed.content_ranges()
+            ] != [(low, high) for low, high in full.content_ranges() if low >= origin]:
+                return Failure(case, f"message marks differ when resumed after message {length}")
         return None
 
     def _check_rejection(self, renderer, messages, arguments, case, rejection: OracleRejected) -> Failure | None:
@@ -228,6 +267,16 @@ class DifferentialChecker:
             self.report.rejected_alike += 1
             return None
         return Failure(case, f"the template raised {rejection!r} but the renderer rendered")
+
+
+def shifted(spans: list[tuple[int, int]], origin: int) -> list[tuple[int, int]]:
+    return [(offset + origin, index) for offset, index in spans]
+
+
+def spans_from(spans: list[tuple[int, int]], origin: int) -> list[tuple[int, int]]:
+    """``spans`` (``(start, message index)``, each reaching to the next) seen from ``origin`` on."""
+    inside = [(origin, index) for offset, index in spans if offset <= origin][-1:]
+    return inside + [(offset, index) for offset, index in spans if offset > origin]
 
 
 #: Jinja's own refusals; the runtime raises them as a plain ``TemplateError``.

@@ -29,6 +29,7 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending system after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",)
@@ -64,7 +65,7 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
                 ns.system_prompt = message["content"]
         out.append(str(bos_token) + "\n" + str(ns.system_prompt))
         # L12: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages, state=(ns,)):
             out.mark_message(message)
             # L13: {% if %}
             if message["role"] == "user":

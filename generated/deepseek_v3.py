@@ -30,6 +30,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending system after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-V3",)
@@ -69,7 +70,7 @@ class DeepseekV3Renderer(GeneratedRenderer):
                     ns.system_prompt = ns.system_prompt + "\n\n" + message["content"]
         out.append(BOS_TOKEN + str(ns.system_prompt))
         # L3: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages, state=(ns,)):
             out.mark_message(message)
             # L3: {% if %}
             if message["role"] == "user":

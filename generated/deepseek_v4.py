@@ -30,6 +30,8 @@ class DeepseekV4Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge re-runs the whole template: the message loop reads messages beyond a fixed distance:
+    messages[message_index:].
     """
 
     MODEL_IDS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")

@@ -27,6 +27,7 @@ class Gemma3Renderer(GeneratedRenderer):
     Note: the template does not render reasoning_content of the last assistant turn.
     Note: the template does not render tool calls of OpenAI-format messages.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("google/gemma-3-27b-it",)
@@ -57,7 +58,7 @@ class Gemma3Renderer(GeneratedRenderer):
             first_user_prefix = ""
             loop_messages = messages
         # L17: {% for %}
-        for message_index, message in enumerate(loop_messages):
+        for message_index, message in out.message_loop(loop_messages, state=(first_user_prefix,)):
             out.mark_message(message)
             # L18: {% if %}
             if (message["role"] == "user") != (message_index % 2 == 0):

@@ -29,6 +29,8 @@ class Gemma4Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending tool after an assistant turn with tool_calls); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge re-runs the whole template: the message loop reads loop_messages beyond a fixed
+    distance: loop_messages[j].
     """
 
     MODEL_IDS = ("google/gemma-4-31B-it",)

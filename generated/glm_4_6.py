@@ -27,6 +27,7 @@ class Glm46Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn with reasoning_content); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("zai-org/GLM-4.6",)
@@ -73,7 +74,7 @@ class Glm46Renderer(GeneratedRenderer):
             if m["role"] == "user":
                 ns.last_user_index = m_index
         # L44: {% for %}
-        for m_index, m in enumerate(messages):
+        for m_index, m in out.message_loop(messages, state=(enable_thinking, ns)):
             out.mark_message(m)
             # L45: {% if %} on the message's role
             if m["role"] == "user":

@@ -27,6 +27,7 @@ class Glm47FlashRenderer(Glm46Renderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn with reasoning_content); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     Inherits from Glm46Renderer (same code): macro_visible_text.
     """
 
@@ -74,7 +75,7 @@ class Glm47FlashRenderer(Glm46Renderer):
             if m["role"] == "user":
                 ns.last_user_index = m_index
         # L38: {% for %}
-        for m_index, m in enumerate(messages):
+        for m_index, m in out.message_loop(messages, state=(clear_thinking, ns)):
             out.mark_message(m)
             # L39: {% if %} on the message's role
             if m["role"] == "user":

@@ -28,6 +28,7 @@ class GptOssRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("openai/gpt-oss-20b",)
@@ -115,7 +116,17 @@ class GptOssRenderer(GeneratedRenderer):
             out.append("<|end|>")
         last_tool_call = jinja.Namespace(name=None)
         # L259: {% for %}
-        for message_index, message in enumerate(loop_messages):
+        for message_index, message in out.message_loop(
+            loop_messages,
+            lookahead=1,
+            state=(last_tool_call, add_generation_prompt),
+            scans=(
+                (
+                    loop_messages,
+                    lambda future_message: future_message["role"] == "assistant" and "tool_calls" not in future_message,
+                ),
+            ),
+        ):
             out.mark_message(message)
             # L261: {% if %} on the message's role
             if message["role"] == "assistant":

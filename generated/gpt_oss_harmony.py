@@ -28,6 +28,8 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge re-runs the whole template: the message loop reads messages beyond a fixed distance:
+    messages[ns.start:].
     """
 
     MODEL_IDS = ("openai/gpt-oss-harmony",)

@@ -25,6 +25,7 @@ class KimiK2Renderer(GeneratedRenderer):
     Tool calls (json): '<|tool_call_begin|>functions.' NAME ':' POSITION '<|tool_call_argument_begin|>' ARGUMENTS '<|tool_call_end|>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("moonshotai/Kimi-K2-Instruct",)
@@ -53,7 +54,7 @@ class KimiK2Renderer(GeneratedRenderer):
         if tools:
             out.append("<|im_system|>tool_declare<|im_middle|>" + jinja.tojson(tools) + "<|im_end|>")
         # L4: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(messages, leading=1):
             out.mark_message(message)
             # L5: {% if %}
             if message_index == 0 and messages[0]["role"] != "system":

@@ -27,6 +27,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending tool, assistant after an assistant turn with reasoning_content and tool_calls); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("moonshotai/Kimi-K2-Thinking",)
@@ -75,7 +76,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
             out.append("<|im_end|>")
         out.mark_scaffold()
         # L76: {% for %}
-        for message_2 in suffix_msgs:
+        for message_2_index, message_2 in out.message_loop(suffix_msgs):
             out.mark_message(message_2)
             out.append(self.macro_set_roles(message_2))
             # L78: {% if %} on the message's role

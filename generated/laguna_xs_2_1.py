@@ -25,6 +25,7 @@ class LagunaXs21Renderer(LagunaXs2Renderer):
     Reasoning: '<think>' ... '</think>'.
     Tool calls (xml): '<tool_call>' NAME '\n' ARGUMENTS '</tool_call>\n'.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     Inherits from LagunaXs2Renderer (same code): render_assistant, render_system, render_tool, render_user.
     """
 
@@ -91,7 +92,9 @@ class LagunaXs21Renderer(LagunaXs2Renderer):
                 out.append(str(tool_string))
             out.append("\n</system>\n")
         # L50: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(
+            messages, state=(render_assistant_messages_raw, enable_thinking)
+        ):
             out.mark_message(message)
             content = message["content"] if isinstance(message["content"], str) else ""
             # L52: {% if %} on the message's role

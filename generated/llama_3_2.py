@@ -28,6 +28,7 @@ class Llama32Renderer(GeneratedRenderer):
     Note: the template does not render reasoning_content of the last assistant turn.
     Note: the template renders at most one tool call per turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("meta-llama/Llama-3.2-3B-Instruct",)
@@ -101,7 +102,7 @@ class Llama32Renderer(GeneratedRenderer):
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
             out.append(first_user_message + "<|eot_id|>")
         # L67: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages):
             out.mark_message(message)
             # L68: {% if %} on the message's role
             if not (message["role"] == "ipython" or message["role"] == "tool" or "tool_calls" in message):

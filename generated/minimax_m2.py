@@ -27,6 +27,7 @@ class MinimaxM2Renderer(Glm46Renderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn with reasoning_content); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     Inherits from Glm46Renderer (same code): macro_visible_text.
     """
 
@@ -107,7 +108,9 @@ class MinimaxM2Renderer(Glm46Renderer):
         out.append("[e~[\n")
         last_tool_call = jinja.Namespace(name=None)
         # L82: {% for %}
-        for message_index, message in enumerate(conversation_messages):
+        for message_index, message in out.message_loop(
+            conversation_messages, lookahead=1, state=(ns, toolcall_begin_token, toolcall_end_token, last_tool_call)
+        ):
             out.mark_message(message)
             # L83: {% if %} on the message's role
             if message["role"] == "assistant":

@@ -25,6 +25,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
     Reasoning: '<mm:think>' ... '</mm:think>'.
     Tool calls (xml_tags): ']<]minimax[>[<invoke name="' NAME '">' ARGUMENTS ']<]minimax[>[</invoke>'.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("MiniMaxAI/MiniMax-M3",)
@@ -180,7 +181,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
         out.append("[e~[\n")
         turn = jinja.Namespace(in_tool=False)
         # L108: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages, state=(turn, NS)):
             out.mark_message(message)
             # L109: {% if %}
             if message["role"] in ["user", "assistant", "tool"]:

@@ -26,6 +26,7 @@ class Ministral3Renderer(GeneratedRenderer):
     Tool calls (json): '[TOOL_CALLS]' NAME '[ARGS]' ARGUMENTS ''.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("mistralai/Ministral-3-14B-Reasoning-2512",)
@@ -100,7 +101,7 @@ class Ministral3Renderer(GeneratedRenderer):
                 ns.index = ns.index + 1
         out.mark_scaffold()
         # L55: {% for %}
-        for message in loop_messages:
+        for message_index, message in out.message_loop(loop_messages, state=(eos_token,)):
             out.mark_message(message)
             # L58: {% if %} on the message's role
             if message["role"] == "user":

@@ -28,6 +28,7 @@ class MistralNemoRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("mistralai/Mistral-Nemo-Instruct-2407",)
@@ -87,7 +88,9 @@ class MistralNemoRenderer(GeneratedRenderer):
         out.mark_scaffold()
         out.append(str(bos_token))
         # L25: {% for %}
-        for message_index, message in enumerate(loop_messages):
+        for message_index, message in out.message_loop(
+            loop_messages, lookahead=1, state=(tools, user_messages, system_message, eos_token)
+        ):
             out.mark_message(message)
             # L26: {% if %} on the message's role
             if message["role"] == "user":

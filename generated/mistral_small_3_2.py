@@ -28,6 +28,7 @@ class MistralSmall32Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("mistralai/Mistral-Small-3.2-24B-Instruct-2506",)
@@ -90,7 +91,7 @@ class MistralSmall32Renderer(GeneratedRenderer):
         out.mark_scaffold()
         out.append("[SYSTEM_PROMPT]" + system_prompt + "[/SYSTEM_PROMPT]")
         # L60: {% for %}
-        for message in loop_messages:
+        for message_index, message in out.message_loop(loop_messages, state=(tools, user_messages, eos_token)):
             out.mark_message(message)
             # L61: {% if %} on the message's role
             if message["role"] == "system":

@@ -27,6 +27,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn with reasoning_content); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",)
@@ -166,7 +167,9 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_end|>\n")
         # L104: {% for %}
-        for message_index, message in enumerate(loop_messages):
+        for message_index, message in out.message_loop(
+            loop_messages, lookahead=1, state=(truncate_history_thinking, ns)
+        ):
             out.mark_message(message)
             # L105: {% if %} on the message's role
             if message["role"] == "assistant":

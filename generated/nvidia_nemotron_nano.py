@@ -27,6 +27,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("nvidia/NVIDIA-Nemotron-Nano-9B-v2",)
@@ -106,7 +107,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             messages = messages[:-1]
         # L62: {% for %}
         items = list(messages)
-        for message_index, message in enumerate(items):
+        for message_index, message in out.message_loop(items, lookahead=1, lists=(messages,)):
             out.mark_message(message)
             # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
             content_2 = jinja.getitem(message, "content")

@@ -27,6 +27,7 @@ class Phi35MiniRenderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("microsoft/Phi-3.5-mini-instruct",)
@@ -46,7 +47,7 @@ class Phi35MiniRenderer(GeneratedRenderer):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
         eos_token = self.special_tokens["eos_token"]
         # L1: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages):
             out.mark_message(message)
             # L1: {% if %} on the message's role
             if message["role"] == "system" and message["content"]:

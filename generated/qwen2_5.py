@@ -25,6 +25,7 @@ class Qwen25Renderer(GeneratedRenderer):
     Tool calls (json): '<tool_call>\n{"name": "' NAME '", "arguments": ' ARGUMENTS '}\n</tool_call>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("Qwen/Qwen2.5-7B-Instruct",)
@@ -76,7 +77,7 @@ class Qwen25Renderer(GeneratedRenderer):
                     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
                 )
         # L21: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(messages, lookahead=1):
             out.mark_message(message)
             # L22: {% if %} on the message's role
             if (

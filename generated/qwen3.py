@@ -27,6 +27,7 @@ class Qwen3Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("Qwen/Qwen3-8B",)
@@ -90,7 +91,7 @@ class Qwen3Renderer(GeneratedRenderer):
                 ns.multi_step_tool = False
                 ns.last_query_index = index
         # L25: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(messages, lookahead=1, state=(ns,)):
             out.mark_message(message)
             # L26: {% if %} on the message's role
             if message["role"] == "user" or (message["role"] == "system" and message_index != 0):

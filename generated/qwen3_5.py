@@ -27,6 +27,7 @@ class Qwen35Renderer(GeneratedRenderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     """
 
     MODEL_IDS = ("Qwen/Qwen3.5-4B",)
@@ -146,7 +147,9 @@ class Qwen35Renderer(GeneratedRenderer):
         if ns.multi_step_tool:
             raise jinja.TemplateError("No user query found in messages.")
         # L81: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(
+            messages, lookahead=1, state=(image_count, add_vision_id, video_count, ns)
+        ):
             out.mark_message(message)
             # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_3'
             content_3 = jinja.trim(macro_render_content(message["content"], True))

@@ -25,6 +25,7 @@ class Qwen3CoderRenderer(NvidiaNemotron3NanoRenderer):
     Tool calls (xml): '<tool_call>\n<function=' NAME '>\n' ARGUMENTS '</function>\n</tool_call>'.
     Note: the template does not render reasoning_content of the last assistant turn.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     Inherits from NvidiaNemotron3NanoRenderer (same code): macro_render_extra_keys, render_tool.
     """
 
@@ -129,7 +130,7 @@ class Qwen3CoderRenderer(NvidiaNemotron3NanoRenderer):
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_end|>\n")
         # L75: {% for %}
-        for message_index, message in enumerate(loop_messages):
+        for message_index, message in out.message_loop(loop_messages, lookahead=1):
             out.mark_message(message)
             # L76: {% if %} on the message's role
             if (

@@ -27,6 +27,7 @@ class QwqRenderer(Qwen3Renderer):
     Not prefix-stable: the template rewrites earlier turns when messages are appended
     (e.g. appending user after an assistant turn); the bridge returns None where that would matter
     unless thinking_retention="verbatim".
+    The bridge resumes the message loop near the end of the history (it reads one message ahead).
     Inherits from Qwen3Renderer (same code): render_tool, render_user_or_system.
     """
 
@@ -73,7 +74,7 @@ class QwqRenderer(Qwen3Renderer):
                 out.append_content(messages[0]["content"], messages[0])
                 out.append("<|im_end|>\n")
         # L19: {% for %}
-        for message_index, message in enumerate(messages):
+        for message_index, message in out.message_loop(messages, lookahead=1):
             out.mark_message(message)
             # L20: {% if %} on the message's role
             if message["role"] == "user" or (message["role"] == "system" and message_index != 0):

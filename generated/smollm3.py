@@ -25,6 +25,7 @@ class Smollm3Renderer(GeneratedRenderer):
     Note: the template does not render reasoning_content of the last assistant turn.
     Note: the template does not render tool calls of OpenAI-format messages.
     Prefix-stable: appending messages never changes the text of earlier turns.
+    The bridge resumes the message loop near the end of the history (it reads no message ahead).
     """
 
     MODEL_IDS = ("HuggingFaceTB/SmolLM3-3B",)
@@ -80,7 +81,7 @@ class Smollm3Renderer(GeneratedRenderer):
             out.append("You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n")
         out.append("<|im_end|>\n")
         # L40: {% for %}
-        for message in messages:
+        for message_index, message in out.message_loop(messages, state=(reasoning_mode,)):
             out.mark_message(message)
             content = message["content"] if isinstance(message["content"], str) else ""
             # L42: {% if %} on the message's role

@@ -308,8 +308,20 @@ class GeneratedRenderer(ABC):
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
         return self.template_inputs(messages, tools)
 
-    def _run_template(self, template_messages: list, template_tools: Any, add_generation_prompt: bool) -> RenderOutput:
+    def _run_template(
+        self,
+        template_messages: list,
+        template_tools: Any,
+        add_generation_prompt: bool,
+        *,
+        record: bool = False,
+        resume_from: Any = None,
+    ) -> RenderOutput:
         """Run the translated template on converted inputs.
+
+        ``record``: keep a checkpoint of the message loop (``out.checkpoint``) for a later bridge;
+        ``resume_from``: such a checkpoint of a conversation this one extends, to skip what that
+        render already wrote where that is exact (see :mod:`rllm_renderers.resume`).
 
         What the template raises itself (``raise_exception``, an undefined value used) is a
         ``TemplateError``; a Python ``TypeError`` (where Jinja raises one too) becomes a
@@ -317,7 +329,7 @@ class GeneratedRenderer(ABC):
         ``AttributeError``, ...) is not something Jinja raises: it propagates as it is, with a
         note naming the message being rendered.
         """
-        out = RenderOutput(template_messages)
+        out = RenderOutput(template_messages, record=record, resume_from=resume_from)
         try:
             self.render_template(out, template_messages, template_tools, None, bool(add_generation_prompt))
         except jinja.TemplateError:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any
+from typing import Any, Iterator
+
+from . import resume
 
 
 class RenderOutput:
@@ -16,16 +18,95 @@ class RenderOutput:
     and ``out.mark_scaffold()`` when it leaves the loop. Messages are recognised by
     identity, so the marks stay right when a template slices ``messages``
     (``messages[1:]``) or loops over a filtered copy.
+
+    A message loop the compiler proved resumable is ``out.message_loop(...)``
+    (:mod:`rllm_renderers.resume`): with ``record=True`` the render keeps a
+    :attr:`checkpoint` in it; with ``resume_from=`` a checkpoint of a shorter
+    conversation it skips what that render already wrote, when that is exact. Then
+    :meth:`text` and every offset here start at :attr:`origin`, the character of the
+    full text where the resumed iteration's text begins.
     """
 
-    __slots__ = ("parts", "append", "marks", "content_parts", "_index_by_id")
+    __slots__ = (
+        "parts",
+        "append",
+        "marks",
+        "content_parts",
+        "_messages",
+        "_index_by_id",
+        "origin",
+        "record",
+        "resume_from",
+        "resume_refused",
+        "resumed_at",
+        "pending_checkpoint",
+        "_text",
+        "_text_parts",
+    )
 
-    def __init__(self, messages: list[Any]) -> None:
+    def __init__(self, messages: list[Any], *, record: bool = False, resume_from: Any = None) -> None:
         self.parts: list[str] = []
         self.append = self.parts.append
         self.marks: list[tuple[int, int]] = []
         self.content_parts: list[int] = []  # indices into parts of message text
-        self._index_by_id = {id(message): index for index, message in enumerate(messages)}
+        self._messages = messages
+        self._index_by_id: dict[int, int] | None = None  # built at the first mark
+        self.origin = 0  # characters of the full text before text() (what a resumed loop skipped)
+        self.record = record
+        self.resume_from = resume_from
+        self.resume_refused: str | None = None  # why resume_from could not be used
+        self.resumed_at: int | None = None  # the iteration the loop resumed at
+        self.pending_checkpoint: resume.PendingCheckpoint | None = None
+        self._text: str | None = None
+        self._text_parts = -1  # len(parts) when _text was joined
+
+    def message_loop(
+        self,
+        items: Any,
+        *,
+        lookahead: int = 0,
+        leading: int = 0,
+        lists: tuple = (),
+        state: tuple = (),
+        scans: tuple = (),
+    ) -> Iterator:
+        """``enumerate(items)`` for a resumable message loop (see :mod:`rllm_renderers.resume`):
+        the loop body reads ``items`` and ``lists`` at most ``lookahead`` messages ahead (and their
+        first ``leading``; beyond that only through the ``scans`` tests) and nothing from outside
+        it but ``state``."""
+        if self.resume_from is None and not self.record:
+            return enumerate(items)
+        return resume.message_loop(self, items, resume.LoopReads(lookahead, leading, lists, state, scans))
+
+    def skip_to(self, origin: int, iteration: int) -> None:
+        """Drop what was written so far: the full text up to ``origin`` is known to hold it, and the
+        loop goes on at ``iteration``."""
+        self.parts.clear()
+        self._text_parts = -1
+        self.marks.clear()
+        self.content_parts.clear()
+        self.origin = origin
+        self.resumed_at = iteration
+
+    @property
+    def checkpoint(self) -> resume.LoopCheckpoint | None:
+        """The checkpoint recorded in this render (``record=True``), once it has ended."""
+        pending = self.pending_checkpoint
+        if pending is None:
+            return None
+        after = sum(map(len, self.parts[pending.parts_before :]))
+        return pending.finished(self.origin + len(self.text()) - after)
+
+    def _message_index(self, message: Any) -> int:
+        if self.resumed_at is not None:  # a resumed loop marks the last messages: look for them from the end
+            messages = self._messages
+            for index in range(len(messages) - 1, -1, -1):
+                if messages[index] is message:
+                    return index
+            return -1
+        if self._index_by_id is None:
+            self._index_by_id = {id(item): index for index, item in enumerate(self._messages)}
+        return self._index_by_id.get(id(message), -1)
 
     def append_content(self, text: str, message: Any = None) -> None:
         """Append a piece of a message's own text (attributed as content).
@@ -47,14 +128,17 @@ class RenderOutput:
 
     def mark_message(self, message: Any) -> None:
         """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""
-        self.marks.append((len(self.parts), self._index_by_id.get(id(message), -1)))
+        self.marks.append((len(self.parts), self._message_index(message)))
 
     def mark_scaffold(self) -> None:
         """Text appended from now on belongs to no message."""
         self.marks.append((len(self.parts), -1))
 
     def text(self) -> str:
-        return "".join(self.parts)
+        """The text written (from :attr:`origin` on); call it once the render has ended."""
+        if self._text_parts != len(self.parts):
+            self._text, self._text_parts = "".join(self.parts), len(self.parts)
+        return self._text
 
     def part_starts(self) -> list[int]:
         """The character offset of every part in :meth:`text`, plus the text's length at the end."""

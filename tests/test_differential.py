@@ -8,6 +8,7 @@ message for raise_exception).
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import pytest
@@ -40,6 +41,9 @@ def test_checked_in_renderer_matches_its_template(family):
     assert report.tokens_checked > 0 and report.tokens_matched == report.tokens_checked
     # the suite must exercise successful renders, not only shared rejections
     assert report.text_matched - report.rejected_alike >= CASES // 4, report.summary()
+    # a resumable message loop must resume (each resumed render was compared with the full one)
+    if "out.message_loop(" in inspect.getsource(renderer_class.render_template):
+        assert report.resumed > 0, report.summary()
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)

@@ -122,6 +122,7 @@ class Method:
     varargs: str | None = None
     kwargs: str | None = None
     memoized: bool = False  # a pure macro: ``@jinja.memoized_macro``
+    role_branch: bool = False  # a branch of the message loop's role dispatch (its parameters are the caller's names)
 
 
 Stmt = Union[Comment, Append, Assign, ExprStmt, Raise, If, For, Break, Continue, Return, Function]
@@ -133,6 +134,7 @@ class Program:
 
     body: list[Stmt]
     methods: list[Method]
+    resumption: object = None  # the resumable pass's verdict (compiler.translator.resumable.Resumption)
 
 
 # --- expression builders --------------------------------------------------------------

@@ -545,6 +545,7 @@ class Lowering(ExpressionLowering, ValueKinds):
                 [ir.Parameter("out"), *(ir.Parameter(p) for p in parameters)],
                 method_body,
                 f"The template's {' / '.join(roles)} branch of the message loop (lines {line}-{end_line}).",
+                role_branch=True,
             )
         )
         arguments = [name("out"), *(name(p) for p in parameters)]

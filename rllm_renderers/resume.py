@@ -1,0 +1,240 @@
+"""Resuming a template's message loop, so that the bridge renders only the end of a conversation.
+
+The bridge renders ``history + [sampled turn] + new`` with the generation prompt, and all of that
+text but the last few messages is what the previous prompt already holds. Running the template
+over the whole conversation again would make every bridge cost a full render. Instead, a render
+that may be bridged from later *records a checkpoint* in its message loop, and the bridge's render
+*resumes* from it.
+
+The compiler emits the message loop of a template it proved resumable as
+``for index, message in out.message_loop(items, lookahead=d, lists=(...), state=(...))``
+(``compiler/translator/resumable.py``), which guarantees, of the loop body:
+
+* it reads the lists of messages (``items`` and ``lists``) only by position relative to the
+  current index, at most ``d`` messages ahead (``messages[i + 1]``, ``loop.last``, ``loop.nextitem``),
+  or at a fixed position among the first ``leading`` ones (``messages[0]``), never past the end nor
+  from it (no ``loop.length``, no negative index); a look through all later messages
+  (``for later in messages[i + 1:]``) only as a test whose result can only be set by a message
+  that passes it (``scans``: gpt-oss looks for a later final answer);
+* everything else it reads from outside the loop is in ``state``, and the only things it changes
+  that outlive an iteration are the namespaces in ``state``;
+* it does not read the clock.
+
+Two renders of conversations that share their first messages then agree up to the iteration
+``j = len(shortest list) - d`` of the shorter one, provided that, at the loop's start, they had
+written the same text, held equal ``state`` and lists that start alike: the iterations before ``j``
+read the same values and so do the same thing. That is what :func:`message_loop` checks when it
+resumes: the text written before the loop, the state at the loop's start, that each list extends
+the recorded one, and that no appended message passes a ``scans`` test. Then it puts the
+namespaces back as they were at iteration ``j``, drops the text written so far (the previous
+render's text up to ``checkpoint.origin`` stands for it) and runs the loop from ``j``. When a check fails, the loop simply runs from the start: a full render, never a
+guess.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, islice
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+
+from .template_runtime import Cycler, Joiner
+from .template_values import Namespace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .output import RenderOutput
+
+#: Values that change in place when the template calls them (``joiner()``, ``cycler.next()``): a
+#: snapshot cannot hold them, so a loop whose state holds one records no checkpoint.
+STATEFUL_VALUES = (Namespace, Cycler, Joiner)
+
+
+class Unrecordable(Exception):
+    """The loop's state holds a value a snapshot cannot capture."""
+
+
+class NamespaceState:
+    """A namespace's attributes at one point of a render (the namespace itself changes on)."""
+
+    __slots__ = ("attributes",)
+
+    def __init__(self, namespace: Namespace) -> None:
+        attributes = namespace.__dict__
+        if any(isinstance(value, STATEFUL_VALUES) for value in attributes.values()):
+            raise Unrecordable("a namespace holding a namespace, cycler or joiner")
+        self.attributes = dict(attributes)
+
+    def matches(self, value: Any) -> bool:
+        return type(value) is Namespace and value.__dict__ == self.attributes
+
+    def restore(self, namespace: Namespace) -> None:
+        namespace.__dict__.clear()
+        namespace.__dict__.update(self.attributes)
+
+
+class LoopCheckpoint:
+    """Where a later render of a longer conversation may resume this render's message loop.
+
+    ``entry_text`` / ``entry_state``: the text written before the loop and the loop's state at its
+    start; ``lists``: the lists the loop reads (items first) as they were; ``start``: the iteration
+    to resume at; ``state``: the state then; ``origin``: the character offset of that iteration's
+    text in this render's text.
+    """
+
+    __slots__ = ("entry_text", "entry_state", "lists", "start", "state", "origin")
+
+    def __init__(self, entry_text: str, entry_state: tuple, lists: tuple, start: int, state: tuple, origin: int):
+        self.entry_text = entry_text
+        self.entry_state = entry_state
+        self.lists = lists
+        self.start = start
+        self.state = state
+        self.origin = origin
+
+    def __repr__(self) -> str:
+        return f"<LoopCheckpoint at iteration {self.start}, character {self.origin}>"
+
+
+class PendingCheckpoint:
+    """A checkpoint being recorded: its character offset is known only when the render ends."""
+
+    __slots__ = ("entry_text", "entry_state", "lists", "start", "state", "parts_before")
+
+    def __init__(self, entry_text: str, entry_state: tuple, lists: tuple, start: int, state: tuple, parts_before: int):
+        self.entry_text = entry_text
+        self.entry_state = entry_state
+        self.lists = lists
+        self.start = start
+        self.state = state
+        self.parts_before = parts_before  # parts written before iteration ``start``
+
+    def finished(self, origin: int) -> LoopCheckpoint:
+        return LoopCheckpoint(self.entry_text, self.entry_state, self.lists, self.start, self.state, origin)
+
+
+# --- state ------------------------------------------------------------------------------
+
+
+def snapshot(values: tuple) -> tuple:
+    """``values`` as they are now: namespaces as copies of their attributes, the rest as they are
+    (nothing else can change: templates cannot mutate lists, dicts or strings)."""
+    taken = []
+    for value in values:
+        if type(value) is Namespace:
+            taken.append(NamespaceState(value))
+        elif isinstance(value, STATEFUL_VALUES):
+            raise Unrecordable(f"a {type(value).__name__}")
+        else:
+            if isinstance(value, (list, tuple, dict)) and any(
+                isinstance(item, STATEFUL_VALUES) for item in (value.values() if isinstance(value, dict) else value)
+            ):
+                raise Unrecordable("a container holding a namespace, cycler or joiner")
+            taken.append(value)
+    return tuple(taken)
+
+
+def same_state(recorded: tuple, values: tuple) -> bool:
+    """Whether ``values`` equal the ``recorded`` snapshot (same types, equal values)."""
+    for old, new in zip(recorded, values):
+        if type(old) is NamespaceState:
+            if not old.matches(new):
+                return False
+        elif old is not new and (type(old) is not type(new) or not _equal(old, new)):
+            return False
+    return True
+
+
+def _equal(old: Any, new: Any) -> bool:
+    try:
+        return bool(old == new)
+    except Exception:  # a value whose comparison raises is not known to be the same
+        return False
+
+
+def extends(current: Any, recorded: Any) -> bool:
+    """Whether the list ``current`` starts with the items of ``recorded`` (equal values)."""
+    try:
+        size = len(recorded)
+        return type(current) is type(recorded) and len(current) >= size and current[:size] == recorded
+    except Exception:
+        return False
+
+
+def restore(recorded: tuple, values: tuple) -> None:
+    """Put the namespaces among ``values`` back as ``recorded`` holds them."""
+    for old, new in zip(recorded, values):
+        if type(old) is NamespaceState:
+            old.restore(new)
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+
+class LoopReads(NamedTuple):
+    """What the compiler found the loop body reads (``RenderOutput.message_loop``'s arguments)."""
+
+    lookahead: int  # how far past the current message it reads the lists
+    leading: int  # it also reads their first ``leading`` items
+    lists: tuple  # the lists it reads by position, besides the items
+    state: tuple  # everything else it reads from outside the loop
+    scans: tuple  # (list, test): it looks for a later message of the list that passes test
+
+
+def message_loop(out: "RenderOutput", items: Any, reads: LoopReads) -> Iterator:
+    """``enumerate(items)``, resumed from ``out.resume_from`` where that is exact, recording a
+    checkpoint when ``out.record`` asks for one (see the module docstring)."""
+    lists, state = (items, *reads.lists), reads.state
+    start = 0
+    checkpoint = out.resume_from
+    if checkpoint is not None:
+        refusal = resume_refusal(checkpoint, "".join(out.parts), lists, reads)
+        if refusal is None:
+            restore(checkpoint.state, state)
+            out.skip_to(checkpoint.origin, checkpoint.start)
+            start = checkpoint.start
+        else:
+            out.resume_refused = refusal
+    if not out.record or not all(hasattr(value, "__len__") for value in lists):
+        return enumerate(islice(items, start, None), start) if start else enumerate(items)
+    shortest = min(map(len, lists))
+    stop = shortest - reads.lookahead  # the first iteration that may read past the shortest list
+    if stop < start or shortest < reads.leading:
+        return enumerate(islice(items, start, None), start) if start else enumerate(items)
+    try:
+        if start:  # resumed: the entry was checked equal to the checkpoint's
+            entry_text, entry_state = checkpoint.entry_text, checkpoint.entry_state
+        else:
+            entry_text, entry_state = "".join(out.parts), snapshot(state)
+    except Unrecordable:
+        return enumerate(items)
+    before = enumerate(islice(items, start, stop), start)
+    return chain(before, _recording_from(out, items, stop, (entry_text, entry_state, lists), state))
+
+
+def _recording_from(out: "RenderOutput", items: Any, stop: int, entry: tuple, state: tuple) -> Iterator:
+    """Record the checkpoint when the loop reaches iteration ``stop``, then go on."""
+    try:
+        out.pending_checkpoint = PendingCheckpoint(*entry, stop, snapshot(state), len(out.parts))
+    except Unrecordable:
+        pass
+    yield from enumerate(islice(items, stop, None), stop)
+
+
+def resume_refusal(checkpoint: LoopCheckpoint, entry_text: str, lists: tuple, reads: LoopReads) -> str | None:
+    """Why this render cannot resume from ``checkpoint`` (None: it can)."""
+    if entry_text != checkpoint.entry_text:
+        return "the text before the message loop differs"
+    if len(lists) != len(checkpoint.lists) or not all(map(extends, lists, checkpoint.lists)):
+        return "the messages do not extend the checkpoint's"
+    if not same_state(checkpoint.entry_state, reads.state):
+        return "the loop's state at its start differs"
+    for scanned, test in reads.scans:
+        recorded = next((old for new, old in zip(lists, checkpoint.lists) if new is scanned), None)
+        if recorded is None or any(_passes(test, item) for item in scanned[len(recorded) :]):
+            return "an appended message is one the loop looks ahead for"
+    return None
+
+
+def _passes(test: Any, item: Any) -> bool:
+    try:
+        return bool(test(item))
+    except Exception:  # the template would fail on it: only a full render can say how
+        return True
