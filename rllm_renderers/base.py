@@ -15,7 +15,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
-from .bridge import RETENTION_POLICIES, History, PromptHistories, bridge_turn
+from .bridge import RETENTION_POLICIES, bridge_turn
+from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
 from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
@@ -269,12 +270,23 @@ class GeneratedRenderer(ABC):
 
     def template_inputs(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
         """What transformers hands the template: None-valued keys dropped, reasoning aliased."""
+        template_tools = self.template_tools(tools)
+        return self.template_messages(messages), template_tools
+
+    @staticmethod
+    def template_tools(tools: list[ToolSpec] | None) -> Any:
+        """The tools as the template sees them (checked, then converted once per content)."""
         if tools is not None:
             if not isinstance(tools, (list, tuple)):
                 raise ValueError(f"tools must be a list of tool dicts, got {type(tools).__name__}")
             for position, tool in enumerate(tools):
                 if not isinstance(tool, dict):
                     raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
+        return jinja.template_tools(tools)
+
+    def template_messages(self, messages: list[Message], first_index: int = 0) -> list:
+        """The messages as the template sees them, normalized (errors name the message by its index,
+        counted from ``first_index``)."""
         _check_message_list(messages)
         template_message, template_str, roles = jinja.template_message, jinja.TemplateStr, self.ROLES
         prepared = []
@@ -287,8 +299,8 @@ class GeneratedRenderer(ABC):
                     wrapped["role"], wrapped["content"] = template_str(role), template_str(content)
                     prepared.append(wrapped)
                     continue
-            prepared.append(template_message(self._normalize_message(message, index), REASONING_FIELDS))
-        return jinja.TemplateList(prepared), jinja.template_tools(tools)
+            prepared.append(template_message(self._normalize_message(message, first_index + index), REASONING_FIELDS))
+        return jinja.TemplateList(prepared)
 
     # --- rendering ------------------------------------------------------------------
 
@@ -366,14 +378,15 @@ class GeneratedRenderer(ABC):
         encoded as plain text (see :func:`_plain_content_roles`).
         """
         template_messages, template_tools = self._template_history(messages, tools)
-        out = self._run_template(template_messages, template_tools, add_generation_prompt)
+        # a prompt with the generation prompt is one the bridge may be asked to go on from
+        out = self._run_template(template_messages, template_tools, add_generation_prompt, record=add_generation_prompt)
         text = out.text()
         if self.plain_content_roles:
             ids = self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
         else:
             ids = self.encoder.encode(text)
-        if add_generation_prompt:  # a prompt the bridge may be asked to go on from
-            self.prompt_histories.remember(ids, History(template_messages, template_tools, text))
+        if add_generation_prompt:
+            self.prompt_histories.remember(ids, History(template_messages, template_tools, text, out.checkpoint))
         return ids
 
     def render(
@@ -538,6 +551,9 @@ class GeneratedRenderer(ABC):
 
     def decode(self, token_ids: list[int]) -> str:
         """Text of ``token_ids`` with special tokens kept; ids outside the vocabulary are skipped."""
+        detokenizer = self._parse_facts().detokenizer
+        if detokenizer is not None and type(token_ids) is list and set(map(type, token_ids)) <= INT_TYPE:
+            return detokenizer.decode(token_ids)  # (a byte table proven to decode as the tokenizer does)
         return self.encoder.decode(token_ids)
 
     def parse_response(
@@ -560,6 +576,25 @@ class GeneratedRenderer(ABC):
         """
         ids = as_token_ids(token_ids)
         prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
+        turn = self._parse_turn(ids, tools, prompt)
+        if turn.parsed is None:
+            return self._result(ParsedResponse(content=turn.text, reasoning_complete=None, status="unlearned"))
+        if not turn.parsed.calls:
+            token_at = None
+        elif turn.decoded is not None:
+            token_at = turn.decoded.token_at
+        else:
+            token_at = char_to_token(self.decode, turn.ids)
+        skipped = turn.skipped
+
+        def token_span(start: int, stop: int) -> tuple[int, int]:
+            first = token_at(start + skipped)
+            return first, token_at(stop + skipped, first)
+
+        return self._result(to_parsed_response(turn.parsed, token_span))
+
+    def _parse_turn(self, ids: list[int], tools: list[ToolSpec] | None, prompt: list[int] | None = None) -> "_ParsedTurn":
+        """:meth:`parse_response` up to the token spans of its tool calls (which the bridge does not need)."""
         facts = self._parse_facts()
         detokenizer = facts.detokenizer
         # the first stop token (the scans run in C)
@@ -580,7 +615,7 @@ class GeneratedRenderer(ABC):
             if lead and text.endswith(lead):
                 text, close_lead = text[: len(text) - len(lead)], lead
         if self.UNLEARNED:
-            return self._result(ParsedResponse(content=text, reasoning_complete=None, status="unlearned"))
+            return _ParsedTurn(None, text, ids, decoded, 0)
         lead = self.TURN.content_lead
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
@@ -596,18 +631,7 @@ class GeneratedRenderer(ABC):
             tools=tools,
             close_lead=close_lead,
         )
-        if not parsed.calls:
-            token_at = None
-        elif decoded is not None:
-            token_at = decoded.token_at
-        else:
-            token_at = char_to_token(self.decode, ids)
-
-        def token_span(start: int, stop: int) -> tuple[int, int]:
-            first = token_at(start + skipped)
-            return first, token_at(stop + skipped, first)
-
-        return self._result(to_parsed_response(parsed, token_span))
+        return _ParsedTurn(parsed, text, ids, decoded, skipped)
 
     def _parse_facts(self) -> _ParseFacts:
         """What parsing needs of the current encoder, worked out once per encoder."""
@@ -617,12 +641,20 @@ class GeneratedRenderer(ABC):
             from .detokenize import detokenizer_for
 
             stop_ids = tuple(dict.fromkeys(self.get_stop_token_ids()))
+            close = self.TURN.close if self.TURN is not None else ""
+            try:
+                close_id = encoder.token_id(close) if close else None
+            except ValueError:  # a close of several tokens
+                close_id = None
+            stop_strings = self.get_stop_strings()
             facts = self._parse_cache = _ParseFacts(
                 encoder,
                 stop_ids,
-                {stop_id: self.decode([stop_id]) for stop_id in stop_ids},
-                self.get_stop_strings(),
+                {stop_id: encoder.decode([stop_id]) for stop_id in stop_ids},
+                stop_strings,
                 detokenizer_for(self.tokenizer)[0],
+                close_id,
+                tuple(stop for stop in stop_strings if stop not in encoder.added_token_strings),
             )
         return facts
 
@@ -667,6 +699,19 @@ class GeneratedRenderer(ABC):
         )
 
 
+INT_TYPE = frozenset((int,))
+
+
+class _ParsedTurn(NamedTuple):
+    """A completion's text parsed (``parsed``: None when the class has not learned the turn syntax)."""
+
+    parsed: Any  # parsing.TextParse | None
+    text: str  # the turn's text from where ``parsed`` starts (its content lead skipped)
+    ids: list[int]  # the completion up to its stop
+    decoded: Any  # detokenize.DecodedIds of ``ids``, or None
+    skipped: int  # characters of the content lead before ``text``
+
+
 class _ParseFacts(NamedTuple):
     """What ``parse_response`` needs of a renderer's encoder (see ``_parse_facts``)."""
 
@@ -675,6 +720,8 @@ class _ParseFacts(NamedTuple):
     stop_texts: dict[int, str]  # stop id -> its text
     stop_strings: list[str]
     detokenizer: Any  # a detokenize.Detokenizer, or None: decode with the tokenizer
+    close_id: int | None  # the turn's close as one token, when it is one
+    text_stops: tuple[str, ...]  # stops that are text, not an added token
 
 
 def _check_message_list(messages: Any) -> None:

@@ -31,23 +31,28 @@ generation prompt. A completion that leaves its reasoning open is read as that r
 guess: it bridges only where the template renders that turn exactly as sampled, also under
 "verbatim".
 
-Cost: the new messages (and ``messages=``, when given) are converted once for the template;
-the translated template runs once over the whole conversation (twice when the prompt is not
-remembered: its text is needed too); no tokenizer work on the history: only the completion is
-decoded and only ``S`` is encoded.
+Cost: the new messages (and ``messages=``, when given) are converted once for the template. The
+translated template runs once, resumed near the end of the history where its message loop is
+resumable (:mod:`rllm_renderers.resume`: the text before the loop, and the loop's state, are
+checked equal to the previous prompt's render; then the loop runs from the last history message
+the new ones can change); otherwise, and for ``control_token_safe`` renderers, over the whole
+conversation (twice when the prompt is not remembered: its text is needed too). No tokenizer work
+on the history: only the completion is decoded and only ``S`` is encoded; the attribution of the
+result is computed when first read. What grows with the conversation is C-level list work: the
+caller's prompt compared with the renderer's copy, and the result's fresh list. A remembered
+prompt's copy is shared with the prompts bridged from it (grown in place), so it is not copied again.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import template_runtime as jinja
 from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
+from .prompt_memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
 from .turns import cut_at_stop, tool_names
-from .types import Message, RenderedTokens, ToolSpec
+from .types import BridgedTokens, Message, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import GeneratedRenderer
@@ -57,8 +62,9 @@ RETENTION_POLICIES = ("template", "verbatim")
 #: Parsed tool-call statuses the template can render again: a call of an undeclared tool, or one
 #: with an empty name, is still a well-formed call.
 RENDERABLE_CALLS = ("ok", "unknown_tool", "missing_name")
-#: Tokens at the end of the previous prompt compared with the end of the history's rendering.
-PROMPT_TAIL_TOKENS = 16
+INTEGERS = frozenset((int,))
+#: Characters of a prompt's text looked at before its last tokens (longer than any added token).
+TOKEN_TEXT_WINDOW = 256
 
 
 logger = logging.getLogger(__name__)
@@ -92,17 +98,6 @@ def checked_new_messages(new_messages: Any) -> list[Message]:
     return list(new_messages)
 
 
-def sums_to_an_int(ids: list) -> bool:
-    """Whether ``ids`` holds integers only, checked in one C pass that is several times cheaper than
-    checking each element's type: a float, complex or Decimal makes the sum another type, anything
-    that is not a number raises. (An int subclass such as bool passes: it equals its int.) Asked of
-    a prompt found in memory, where floats equal to its ids would compare equal."""
-    try:
-        return type(sum(ids)) is int
-    except TypeError:
-        return False
-
-
 # --- the sampled turn ---------------------------------------------------------------------
 
 
@@ -114,13 +109,8 @@ def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) 
     what precedes it). A turn that nothing closes (the next header ends it) needs no close.
     """
     completion = list(completion_ids)
-    close = renderer.TURN.close
-    try:
-        close_id = renderer.encoder.token_id(close) if close else None
-    except ValueError:
-        close_id = None
-    stop_ids = renderer.get_stop_token_ids()
-    text_stops = [stop for stop in renderer.get_stop_strings() if stop not in renderer.encoder.added_token_strings]
+    facts = renderer._parse_facts()
+    close, close_id, stop_ids, text_stops = renderer.TURN.close, facts.close_id, facts.stop_ids, facts.text_stops
     if text_stops and not any(token in set(stop_ids) for token in completion):
         text = renderer.decode(completion)
         found = [(text.find(stop) + len(stop), stop) for stop in text_stops if stop in text]
@@ -143,21 +133,21 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     text gets ``content=""``: transformers drops ``content=None`` before rendering, and several
     templates refuse an assistant message without content.
     """
-    parsed = renderer.parse_response(completion_ids, tools=tools)
-    if any(call.status not in RENDERABLE_CALLS for call in parsed.tool_calls):
+    parsed = renderer._parse_turn(completion_ids, tools).parsed  # (as parse_response, without token spans)
+    if parsed is None or any(call.status not in RENDERABLE_CALLS for call in parsed.calls):
         return None
     message: Message = {"role": "assistant", "content": parsed.content or ""}
-    if parsed.reasoning_content is not None:
-        message["reasoning_content"] = parsed.reasoning_content
-    if parsed.tool_calls:
+    if parsed.reasoning is not None:
+        message["reasoning_content"] = parsed.reasoning
+    if parsed.calls:
         message["tool_calls"] = [
             {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
-            for index, call in enumerate(parsed.tool_calls)
+            for index, call in enumerate(parsed.calls)
         ]
     return message, parsed.reasoning_complete is False
 
 
-def renders_by_call_ids(renderer: "GeneratedRenderer", history: "History", sampled: Message, new, tools, text: str) -> bool:
+def renders_by_call_ids(renderer: "GeneratedRenderer", history: History, sampled: Message, new, tools, render) -> bool:
     """Whether the template renders the new tool results differently depending on which sampled call
     each answers, when the completion does not carry call ids (DeepSeek-V4 sorts results into call
     order by ``tool_call_id``): then the right order cannot be known from the ids, so no bridge.
@@ -173,100 +163,53 @@ def renders_by_call_ids(renderer: "GeneratedRenderer", history: "History", sampl
     ids = (answered[::-1] + [f"call_{index}" for index in range(len(calls))])[: len(calls)]
     swapped = {**sampled, "tool_calls": [{**call, "id": ids[index]} for index, call in enumerate(calls)]}
     try:
-        messages = history.messages + list(renderer.template_inputs([swapped] + new, tools)[0])
-        other = renderer._run_template(jinja.TemplateList(messages), history.tools, True).text()
+        messages = history.messages + renderer.template_messages([swapped] + new)
+        other = renderer._run_template(jinja.TemplateList(messages), history.tools, True, resume_from=render.checkpoint)
     except ValueError:
         return True
-    return other != text
+    if other.origin == render.origin:
+        return other.text() != render.text
+    return str(PromptText(render.prompt_text, other.origin, other.text())) != str(render.full_text())
 
 
 # --- the history behind a prompt ----------------------------------------------------------
 
 
-class History(NamedTuple):
-    """A conversation as the template sees it (converted messages and tools), and, when known, the
-    template's text for it with the generation prompt.  (A named tuple: one is made per
-    ``render_ids`` with the generation prompt, and a frozen dataclass costs four times as much.)"""
+def recalled_prompt(renderer: "GeneratedRenderer", previous_prompt_ids: Any) -> tuple[list, Recalled | None]:
+    """The previous prompt's ids and, when the renderer produced that prompt, what it remembers of it.
 
-    messages: list
-    tools: Any
-    prompt_text: str | None = None
-
-
-class PromptHistories:
-    """The conversations behind the prompts a renderer produced, so that the bridge can go on
-    from a prompt without being handed its messages.
-
-    Found by the prompt's length and last ids, then confirmed by comparing the whole prompt with
-    the renderer's own copy of it (one C pass; the caller's list usually shares its int objects
-    with the renderer's result, so each comparison is an identity check): no hash of the whole
-    prompt is computed on either side. Bounded (least recently used prompts go first) and
-    thread-safe; a copied or unpickled renderer starts empty.
+    A prompt equal to one the renderer remembers goes on from the renderer's own copy (its ints,
+    whatever equal values the caller passed); any other is checked to be integers, and so are the
+    last ids of a remembered one (floats equal to its ids are refused as the bad input they are,
+    without a check of every id).
     """
-
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self._entries: OrderedDict = OrderedDict()  # (length, last ids) -> [(ids, history), ...]
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def __reduce__(self):
-        return (PromptHistories, (self.size,))
-
-    @staticmethod
-    def _key(ids: list[int]) -> tuple[int, tuple]:
-        return (len(ids), tuple(ids[-PROMPT_TAIL_TOKENS:]))
-
-    def remember(self, ids: list[int], history: History) -> None:
-        """Remember ``history`` for a copy of ``ids`` (the caller may go on to change its list)."""
-        key, own = self._key(ids), ids.copy() if type(ids) is list else list(ids)
-        with self._lock:
-            bucket = self._entries.get(key)
-            if bucket is None:  # the common case: a prompt not seen before
-                self._entries[key] = [(own, history)]
-                self._count += 1
-            else:
-                self._entries.move_to_end(key)
-                self._count -= len(bucket)
-                bucket[:] = [(own, history)] + [entry for entry in bucket if entry[0] != own]
-                self._count += len(bucket)
-            while self._count > self.size:
-                _, dropped = self._entries.popitem(last=False)
-                self._count -= len(dropped)
-
-    def recall(self, ids: list[int]) -> tuple[list[int], History] | None:
-        """(the renderer's own copy of ``ids``, their history), or None for ids it does not know."""
-        try:
-            key = self._key(ids)
-            hash(key)
-        except TypeError:  # unhashable elements: not a prompt this renderer produced
-            return None
-        with self._lock:
-            for own, history in self._entries.get(key, ()):
-                if own == ids:
-                    self._entries.move_to_end(key)
-                    return own, history
-        return None
+    prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
+    recalled = renderer.prompt_histories.recall(prompt)
+    if recalled is None or not set(map(type, prompt[-PROMPT_TAIL_TOKENS:])) <= INTEGERS:
+        return as_token_ids(prompt, "previous_prompt_ids"), None
+    return prompt, recalled
 
 
-def history_of(renderer: "GeneratedRenderer", remembered: History | None, messages, tools) -> History | None:
+def history_of(
+    renderer: "GeneratedRenderer", remembered: History | None, messages, tools, template_tools: Any
+) -> History | None:
     """The conversation the prompt was rendered from: ``messages`` when given, else ``remembered``
-    (the renderer's memory of that prompt).
+    (the renderer's memory of that prompt); ``template_tools``: ``tools`` as the template sees them.
 
-    With ``messages``, a remembered prompt still lends its text (the template run it saves is
-    only needed to know that text).
+    With ``messages``, a remembered prompt of the same conversation still lends its text and its
+    checkpoint (the template run they save is only needed to know them).
     """
-    if remembered is not None and remembered.tools != jinja.template_tools(tools):
+    if remembered is not None and remembered.tools is not template_tools and remembered.tools != template_tools:
         remembered = None  # rendered with other tools: not this conversation
     if messages is None:
         return remembered
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be the non-empty list of messages the previous prompt was rendered from")
-    template_messages, template_tools = renderer.template_inputs(list(messages), tools)
-    template_messages = list(template_messages)
+    template_messages = list(renderer.template_messages(list(messages)))
     # only the same conversation lends its text: two texts can encode to the same ids (NFC)
-    known_text = remembered.prompt_text if remembered and remembered.messages == template_messages else None
-    return History(template_messages, template_tools, known_text)
+    if remembered is not None and remembered.messages == template_messages:
+        return History(template_messages, template_tools, remembered.prompt_text, remembered.checkpoint)
+    return History(template_messages, template_tools)
 
 
 # --- the bridge ---------------------------------------------------------------------------
@@ -281,23 +224,19 @@ def bridge_turn(
     tools: list[ToolSpec] | None = None,
     messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
-    prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
-    found = renderer.prompt_histories.recall(prompt)
-    if found is None or not sums_to_an_int(prompt):  # (floats equal to a remembered prompt are refused too)
-        prompt, remembered = as_token_ids(prompt, "previous_prompt_ids"), None
-    else:  # equal to a prompt the renderer produced: go on from its own ints
-        prompt, remembered = found
+    prompt, recalled = recalled_prompt(renderer, previous_prompt_ids)
     completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):
         return None
     try:
-        renderer.normalize_messages(new)
+        new_inputs = renderer.template_messages(new)
     except ValueError as exc:  # a role the template does not render, a malformed tool call
         raise ValueError(f"new_messages: {exc}") from None
     if unlearned_reason(renderer) is not None:
         return None
-    history = history_of(renderer, remembered, messages, tools)
+    template_tools = renderer.template_tools(tools)
+    history = history_of(renderer, recalled.history if recalled else None, messages, tools, template_tools)
     if history is None:
         return None
     kept = closed_completion(renderer, completion)
@@ -306,49 +245,82 @@ def bridge_turn(
         return None
     sampled, guessed = parsed
     try:
-        extended = History(history.messages + list(renderer.template_inputs([sampled] + new, tools)[0]), history.tools)
+        sampled_input = renderer.template_messages([sampled])
     except ValueError:
         return None  # the sampled turn as parsed is not a message the template takes
-    renders = render_both(renderer, history, extended)
-    if renders is None:
+    extended = History(history.messages + sampled_input + new_inputs, history.tools)
+    render = render_extended(renderer, history, extended)
+    if render is None:
         return None
-    prompt_text, full = renders
-    full_text = full.text()
-    if renders_by_call_ids(renderer, history, sampled, new, tools, full_text):
+    if renders_by_call_ids(renderer, history, sampled, new, tools, render):
         return None
-    if not ends_like(renderer, prompt, prompt_text):
+    if not ends_like(renderer, prompt, render.prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
     suffix_start = sampled_turn_end(
         renderer,
-        prompt_text,
+        render,
         renderer.decode(kept),
-        full,
-        full_text,
         len(history.messages),
-        rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, prompt_text),
+        rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, render),
     )
     if suffix_start is None:
         return None
-    result = bridged_tokens(renderer, prompt + kept, full, full_text, suffix_start, len(history.messages) + 1, new, extended)
+    base = recalled.ids() if recalled else list(prompt)  # a fresh list the result takes over
+    base += kept
+    result = bridged_tokens(renderer, base, render, suffix_start, len(history.messages) + 1, new, extended)
     if result is not None:
-        renderer.prompt_histories.remember(result.token_ids, History(extended.messages, extended.tools, full_text))
+        memory = History(extended.messages, extended.tools, render.full_text(), render.output.checkpoint)
+        renderer.prompt_histories.remember(result.token_ids, memory, extends=recalled)
     return result
 
 
-def render_both(renderer: "GeneratedRenderer", history: History, extended: History):
-    """(the history's text with the generation prompt, output of the extended conversation), or None
-    when the template refuses."""
+class ExtendedRender(NamedTuple):
+    """The template's render of the extended conversation (history + sampled turn + new messages),
+    beside the previous prompt's text. Where the render resumed its message loop
+    (:mod:`rllm_renderers.resume`), ``text`` starts at character ``origin`` of the full text, and so
+    do the offsets of ``output``: the two renders agree before it."""
+
+    prompt_text: "str | PromptText"  # the previous prompt's whole text
+    output: "RenderOutput"
+    text: str  # output.text()
+    checkpoint: Any  # the history's, which ``output`` (and any other run of a longer conversation) may resume from
+
+    @property
+    def origin(self) -> int:
+        return self.output.origin
+
+    @property
+    def prompt_tail(self) -> str:
+        """The previous prompt's text from ``origin`` on."""
+        return text_from(self.prompt_text, self.origin)
+
+    def full_text(self) -> "str | PromptText":
+        return PromptText(self.prompt_text, self.origin, self.text) if self.origin else self.text
+
+
+def render_extended(renderer: "GeneratedRenderer", history: History, extended: History) -> ExtendedRender | None:
+    """The extended conversation rendered with the generation prompt, resumed from the history's
+    checkpoint where that is exact; None when the template refuses.
+
+    Content a ``control_token_safe`` renderer encodes as plain text is found in the whole text
+    (``GeneratedRenderer._plain_ranges``), so such a renderer renders it whole.
+    """
     try:
-        prompt_text = history.prompt_text
-        if prompt_text is None:
-            prompt_text = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True).text()
-        full = renderer._run_template(jinja.TemplateList(extended.messages), extended.tools, True)
+        prompt_text, checkpoint = history.prompt_text, history.checkpoint
+        if prompt_text is None:  # a conversation given as `messages=`: its text is needed too
+            earlier = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True, record=True)
+            prompt_text, checkpoint = earlier.text(), earlier.checkpoint
+        if renderer.plain_content_roles:
+            checkpoint = None
+        output = renderer._run_template(
+            jinja.TemplateList(extended.messages), extended.tools, True, record=True, resume_from=checkpoint
+        )
     except ValueError:  # the template's own refusal (TemplateError and its TypeError flavour)
         return None
-    return prompt_text, full
+    return ExtendedRender(prompt_text, output, output.text(), checkpoint)
 
 
-def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: str) -> bool:
+def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: "str | PromptText") -> bool:
     """Whether the previous prompt ends as the history's rendering with the generation prompt does.
 
     Compared on its last few tokens. Under "verbatim" only on those after its last stop token,
@@ -366,10 +338,12 @@ def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: str
     if not text or not prompt_text.endswith(text):
         # decoding is not always faithful (a SentencePiece decoder turns a literal "▁" into a
         # space): compare the ids themselves, at the price of encoding the history's text once
-        if after_stop or renderer.encoder.encode(prompt_text)[-len(tail) :] != tail:
+        if after_stop or renderer.encoder.encode(str(prompt_text))[-len(tail) :] != tail:
             return False
         return True
-    return not after_stop or ends_with_turn_end(renderer, prompt_text[: len(prompt_text) - len(text)])
+    end = len(prompt_text) - len(text)
+    before = max(end - TOKEN_TEXT_WINDOW, 0)
+    return not after_stop or ends_with_turn_end(renderer, text_from(prompt_text, before)[: end - before])
 
 
 def ends_with_turn_end(renderer: "GeneratedRenderer", text: str) -> bool:
@@ -402,26 +376,25 @@ def no_generation_prompt_or_mismatch(renderer, prompt, history: History, message
 
 def sampled_turn_end(
     renderer: "GeneratedRenderer",
-    prompt_text: str,
+    render: ExtendedRender,
     completion_text: str,
-    full: "RenderOutput",
-    text: str,
     turn_index: int,
     *,
     rewrite_allowed: Callable[[], bool] = lambda: True,
 ) -> int | None:
-    """Where in the full rendering the sampled turn (with its close) ends, or None.
+    """Where in ``render.text`` the sampled turn (with its close) ends, or None.
 
     When the full rendering starts with prompt + completion, right after them. Otherwise the
     template rewrote history: None under the "template" policy (or when the sampled turn's message
     may not be what was sampled, ``rewrite_allowed()`` false); under "verbatim", the end of the
     turn's close as the template writes it (see :func:`close_end`).
     """
-    if text.startswith(prompt_text) and text.startswith(completion_text, len(prompt_text)):
-        return len(prompt_text) + len(completion_text)
+    text, prompt_tail = render.text, render.prompt_tail
+    if text.startswith(prompt_tail) and text.startswith(completion_text, len(prompt_tail)):
+        return len(prompt_tail) + len(completion_text)
     if renderer.thinking_retention == "template" or not renderer.TURN.close or not rewrite_allowed():
         return None  # (a turn the next header ends has no close of its own to keep it by)
-    starts = {index: offset for offset, index in reversed(full.message_spans())}  # index -> first character
+    starts = {index: offset for offset, index in reversed(render.output.message_spans())}  # index -> first character
     turn_start, new_start = starts.get(turn_index), starts.get(turn_index + 1)
     if turn_start is None:
         return None
@@ -430,7 +403,7 @@ def sampled_turn_end(
     return close_end(renderer, text, turn_start, new_start)
 
 
-def renders_its_content(renderer: "GeneratedRenderer", history: History, extended: History, prompt_text: str) -> bool:
+def renders_its_content(renderer: "GeneratedRenderer", history: History, extended: History, render: ExtendedRender) -> bool:
     """Whether the template writes the sampled turn's content as parsed when that turn is the last message.
 
     A template may rewrite a turn in history (drop its reasoning), which "verbatim" keeps as sampled;
@@ -442,12 +415,17 @@ def renders_its_content(renderer: "GeneratedRenderer", history: History, extende
     if not isinstance(content, str) or not content:
         return True
     try:
-        out = renderer._run_template(jinja.TemplateList(extended.messages[: len(history.messages) + 1]), history.tools, False)
+        out = renderer._run_template(
+            jinja.TemplateList(extended.messages[: len(history.messages) + 1]),
+            history.tools,
+            False,
+            resume_from=render.checkpoint,
+        )
     except ValueError:
         return False
     start = {index: offset for offset, index in reversed(out.message_spans())}.get(len(history.messages))
     if start is None:  # written after the message loop (Nemotron-Nano): after the history's own text
-        start = max(len(prompt_text) - len(renderer.generation_prompt()), 0)
+        start = max(len(render.prompt_text) - len(renderer.generation_prompt()) - out.origin, 0)
     return content in out.text()[start:]
 
 
@@ -475,54 +453,55 @@ def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) ->
 def bridged_tokens(
     renderer: "GeneratedRenderer",
     prefix: list[int],
-    full: "RenderOutput",
-    text: str,
+    render: ExtendedRender,
     suffix_start: int,
     first_new: int,
     new,
     extended: History,
-) -> RenderedTokens | None:
-    """``prefix`` + the full rendering's text from ``suffix_start`` on, encoded after the close token.
+) -> BridgedTokens | None:
+    """``prefix`` + ``render.text`` from ``suffix_start`` on, encoded after the close token.
 
     ``prefix`` is a fresh list (prompt + kept completion) that the result takes over.
 
-    The new tokens are attributed as ``render`` attributes them (message marks, content marks);
-    the prefix, which the caller already holds with its own attribution, gets -1 / False. With
-    ``control_token_safe``, new content of those roles is encoded as plain text, as ``render_ids``
-    would.
+    The new tokens are attributed as ``render`` attributes them (message marks, content marks), when
+    the result's attribution is first read; the prefix, which the caller already holds with its own
+    attribution, gets -1 / False. With ``control_token_safe``, new content of those roles is encoded
+    as plain text, as ``render_ids`` would.
     """
-    from .base import inside_ranges  # base imports this module
-
+    output, text = render.output, render.text
     anchor = renderer.decode(prefix[-1:])
-    part_starts = full.part_starts()
-    shift = suffix_start - len(anchor)  # full-text offset of the encoded string's first character
+    shift = suffix_start - len(anchor)  # offset in ``text`` of the encoded string's first character
+    encoded = anchor + text[suffix_start:]
 
     def in_suffix(ranges):
         return [(max(low, suffix_start) - shift, high - shift) for low, high in ranges if high > suffix_start]
 
     plain = None
-    if renderer.plain_content_roles:
-        plain = in_suffix(renderer._plain_ranges(full, text, extended.messages, full.message_spans(part_starts)))
-    ids, offsets = renderer.encoder.encode_with_offsets(anchor + text[suffix_start:], plain_ranges=plain)
+    if renderer.plain_content_roles:  # (never resumed: the render is the whole text)
+        plain = in_suffix(renderer._plain_ranges(output, text, extended.messages))
+    ids = renderer.encoder.encode(encoded, plain_ranges=plain)
     if ids[:1] != prefix[-1:]:
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
-    suffix_ids, suffix_offsets = ids[1:], offsets[1:]
-    # Per-token lists as long as the whole prompt: each built by one fill and one in-place extend.
+
+    def added_attribution() -> tuple[list[int], list[bool]]:
+        from .base import inside_ranges  # base imports this module
+
+        again, offsets = renderer.encoder.encode_with_offsets(encoded, plain_ranges=plain)
+        if again != ids:
+            raise RuntimeError("the encoder gave other ids with offsets than without: please report this")
+        part_starts = output.part_starts()
+        offsets = offsets[1:]
+        indices = new_message_indices(output.message_spans(part_starts), [shift + offset for offset in offsets], first_new)
+        return indices, inside_ranges(offsets, in_suffix(output.content_ranges(part_starts)))
+
     token_ids = prefix  # the caller's fresh prompt + completion list
-    token_ids += suffix_ids
-    message_indices = [-1] * (len(token_ids) - len(suffix_ids))
-    message_indices += new_message_indices(
-        full.message_spans(part_starts), [shift + offset for offset in suffix_offsets], first_new
-    )
-    is_content = [False] * (len(token_ids) - len(suffix_ids))
-    is_content += inside_ranges(suffix_offsets, in_suffix(full.content_ranges(part_starts)))
-    return RenderedTokens(
-        token_ids=token_ids,
-        message_indices=message_indices,
-        sampled_mask=[False] * len(token_ids),
-        is_content=is_content,
+    token_ids += ids[1:]
+    return BridgedTokens(
+        token_ids,
         message_roles=[message.get("role", "") for message in new],
         message_tool_names=tool_names(new),
+        added=len(ids) - 1,
+        added_attribution=added_attribution,
     )
 
 

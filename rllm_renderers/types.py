@@ -7,9 +7,9 @@ protocol and its results convert field by field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
@@ -43,6 +43,70 @@ class RenderedTokens:
             if 0 <= index < n_messages and (not sampled_only or self.sampled_mask[k]):
                 counts[index] += 1
         return counts
+
+
+class BridgedTokens(RenderedTokens):
+    """A bridge's result (``bridge_to_next_turn``).
+
+    By contract its attribution over the previous prompt and completion is uniform: message index
+    -1, not sampled, not content (the bridge gets those tokens as bare ids). Those per-token lists
+    are as long as the whole conversation, and most callers never read them, so they are built when
+    first read, with the attribution of the tokens the bridge added (``added_attribution()``: their
+    message indices and content flags). ``token_ids`` is a plain list like any render's. Equal to a
+    :class:`RenderedTokens` with the same lists, and converted field by field like one.
+    """
+
+    def __init__(
+        self,
+        token_ids: list[int] | None = None,
+        message_indices: list[int] | None = None,
+        sampled_mask: list[bool] | None = None,
+        is_content: list[bool] | None = None,
+        message_roles: list[str] | None = None,
+        message_tool_names: list[str | None] | None = None,
+        multi_modal_data: Any = None,
+        *,
+        added: int = 0,
+        added_attribution: Callable[[], tuple[list[int], list[bool]]] | None = None,
+    ) -> None:
+        self.token_ids = [] if token_ids is None else token_ids
+        self.message_roles = [] if message_roles is None else message_roles
+        self.message_tool_names = [] if message_tool_names is None else message_tool_names
+        self.multi_modal_data = multi_modal_data
+        # (lists given by name, as dataclasses.replace passes them, are taken as they are)
+        self._lists = {"message_indices": message_indices, "sampled_mask": sampled_mask, "is_content": is_content}
+        self._added = added
+        self._added_attribution = added_attribution or (lambda: ([-1] * added, [False] * added))
+
+    def _list(self, name: str) -> list:
+        value = self._lists[name]
+        if value is None:
+            known = len(self.token_ids) - self._added
+            if name == "sampled_mask":
+                value = [False] * len(self.token_ids)
+            else:
+                indices, content = self._added_attribution()
+                value = [-1] * known + indices if name == "message_indices" else [False] * known + content
+            self._lists[name] = value
+        return value
+
+    message_indices = property(lambda self: self._list("message_indices"), lambda self, v: self._set("message_indices", v))
+    sampled_mask = property(lambda self: self._list("sampled_mask"), lambda self, v: self._set("sampled_mask", v))
+    is_content = property(lambda self: self._list("is_content"), lambda self, v: self._set("is_content", v))
+
+    def _set(self, name: str, value: list) -> None:
+        self._lists[name] = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RenderedTokens):
+            return NotImplemented
+        return all(getattr(self, item.name) == getattr(other, item.name) for item in fields(RenderedTokens))
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, as RenderedTokens)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{item.name}={getattr(self, item.name)!r}" for item in fields(RenderedTokens))
+        return f"{type(self).__name__}({values})"
 
 
 class ToolCallParseStatus(str, Enum):

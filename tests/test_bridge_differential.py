@@ -26,6 +26,7 @@ Both counts must be 0, and the bridge must answer at most points.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections import Counter
 
@@ -59,8 +60,24 @@ class BridgeAudit:
     def renderer(self, knobs: dict):
         key = repr(sorted(knobs.items()))
         if key not in self.renderers:
-            self.renderers[key] = self.family.renderer_class(self.tokenizer, thinking_retention=self.retention, **knobs)
+            renderer = self.family.renderer_class(self.tokenizer, thinking_retention=self.retention, **knobs)
+            self.renderers[key] = self.counting_resumes(renderer)
         return self.renderers[key]
+
+    def counting_resumes(self, renderer):
+        """Count the template runs the bridge asks to resume from a checkpoint, and those that did: a
+        bridge that never resumes would pass every exactness count above while costing a full run."""
+        run = renderer._run_template
+
+        def counted(*arguments, resume_from=None, **keywords):
+            output = run(*arguments, resume_from=resume_from, **keywords)
+            if resume_from is not None:
+                self.counts["resumable runs"] += 1
+                self.counts["resumed runs"] += output.resumed_at is not None
+            return output
+
+        renderer._run_template = counted
+        return renderer
 
     # --- the oracle ---------------------------------------------------------------------
 
@@ -256,6 +273,13 @@ def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     assert counts["oracle suffix not found"] == 0, summary  # else a verbatim None could hide
     # (under "template" a family whose template rewrites every sampled turn bridges nowhere, rightly)
     assert counts["bridged"] > 0 or (retention == "template" and counts["extends"] == 0), summary
+    if counts["bridged"] and resumable(family):  # the bridge renders only the conversation's end
+        assert counts["resumed runs"] > 0, summary
+
+
+def resumable(family) -> bool:
+    """Whether the compiler made the family's message loop resumable (see compiler/translator/resumable.py)."""
+    return "out.message_loop(" in inspect.getsource(family.renderer_class.render_template)
 
 
 if __name__ == "__main__":  # the per-family table for reports: python -m tests.test_bridge_differential
