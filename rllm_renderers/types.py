@@ -85,7 +85,9 @@ class BridgedTokens(RenderedTokens):
             if name == "sampled_mask":
                 value = [False] * len(self.token_ids)
             else:
-                indices, content = self._added_attribution()
+                if callable(self._added_attribution):  # (asked once, for both lists)
+                    self._added_attribution = self._added_attribution()
+                indices, content = self._added_attribution
                 value = [-1] * known + indices if name == "message_indices" else [False] * known + content
             self._lists[name] = value
         return value
@@ -96,6 +98,10 @@ class BridgedTokens(RenderedTokens):
 
     def _set(self, name: str, value: list) -> None:
         self._lists[name] = value
+
+    def __reduce__(self):
+        """Pickled (and copied) with its lists built: what builds them lives in the renderer."""
+        return (type(self), tuple(getattr(self, item.name) for item in fields(RenderedTokens)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RenderedTokens):

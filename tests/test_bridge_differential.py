@@ -209,6 +209,8 @@ class BridgeAudit:
             self.record(label, with_history, recalled, expected, full is not None and not ambiguous)
             if label == "sampled":
                 next_prompt = with_history.token_ids if with_history is not None else None
+                if extends and not ambiguous and recalled is not None:
+                    self.check_attribution(renderer, recalled, len(kept), history + [assistant] + new, tools, len(history) + 1)
         if next_prompt is None and full is not None:  # the caller re-renders
             next_prompt = renderer.render_ids(history + [assistant] + new, tools=tools, add_generation_prompt=True)
         return next_prompt
@@ -234,6 +236,19 @@ class BridgeAudit:
         ):
             self.counts["disagree"] += 1
             self.note(f"messages= and recalled history disagree ({label})")
+
+    def check_attribution(self, renderer, result, kept: int, conversation, tools, first_new: int) -> None:
+        """The bridge's attribution of the tokens it added is render()'s of the same tokens, with message
+        indices counted in the new messages (-1 for the rest: scaffolding, the sampled turn's tail)."""
+        rendered = renderer.render(conversation, tools=tools, add_generation_prompt=True)
+        indices = [index - first_new if index >= first_new else -1 for index in rendered.message_indices[kept:]]
+        self.counts["attributions checked"] += 1
+        if result.message_indices[kept:] != indices or result.is_content[kept:] != rendered.is_content[kept:]:
+            self.counts["wrong"] += 1
+            self.note("attribution of the added tokens differs from render()'s")
+        if set(result.message_indices[:kept]) - {-1} or any(result.is_content[:kept]) or any(result.sampled_mask):
+            self.counts["wrong"] += 1
+            self.note("attribution of the previous tokens is not uniform")
 
     def note(self, what: str) -> None:
         if len(self.examples) < 5:
@@ -275,6 +290,8 @@ def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     assert counts["bridged"] > 0 or (retention == "template" and counts["extends"] == 0), summary
     if counts["bridged"] and resumable(family):  # the bridge renders only the conversation's end
         assert counts["resumed runs"] > 0, summary
+    if counts["bridged"] and counts["extends"]:  # the attribution of added tokens was compared with render()'s
+        assert counts["attributions checked"] > 0, summary
 
 
 def resumable(family) -> bool:
