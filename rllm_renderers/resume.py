@@ -70,44 +70,29 @@ class NamespaceState:
         namespace.__dict__.update(self.attributes)
 
 
-class LoopCheckpoint:
-    """Where a later render of a longer conversation may resume this render's message loop.
+class LoopCheckpoint(NamedTuple):
+    """Where a later render of a longer conversation may resume this render's message loop."""
 
-    ``entry_text`` / ``entry_state``: the text written before the loop and the loop's state at its
-    start; ``lists``: the lists the loop reads (items first) as they were; ``start``: the iteration
-    to resume at; ``state``: the state then; ``origin``: the character offset of that iteration's
-    text in this render's text.
-    """
-
-    __slots__ = ("entry_text", "entry_state", "lists", "start", "state", "origin")
-
-    def __init__(self, entry_text: str, entry_state: tuple, lists: tuple, start: int, state: tuple, origin: int):
-        self.entry_text = entry_text
-        self.entry_state = entry_state
-        self.lists = lists
-        self.start = start
-        self.state = state
-        self.origin = origin
-
-    def __repr__(self) -> str:
-        return f"<LoopCheckpoint at iteration {self.start}, character {self.origin}>"
+    entry_text: str  # the text written before the loop
+    entry_state: tuple  # the loop's state at its start (namespaces as NamespaceState)
+    lists: tuple  # the lists the loop reads (items first), as they were
+    start: int  # the iteration to resume at
+    state: tuple  # the state then
+    origin: int  # the character offset of that iteration's text in this render's text
 
 
-class PendingCheckpoint:
+class PendingCheckpoint(NamedTuple):
     """A checkpoint being recorded: its character offset is known only when the render ends."""
 
-    __slots__ = ("entry_text", "entry_state", "lists", "start", "state", "parts_before")
-
-    def __init__(self, entry_text: str, entry_state: tuple, lists: tuple, start: int, state: tuple, parts_before: int):
-        self.entry_text = entry_text
-        self.entry_state = entry_state
-        self.lists = lists
-        self.start = start
-        self.state = state
-        self.parts_before = parts_before  # parts written before iteration ``start``
+    entry_text: str
+    entry_state: tuple
+    lists: tuple
+    start: int
+    state: tuple
+    parts_before: int  # parts written before iteration ``start``
 
     def finished(self, origin: int) -> LoopCheckpoint:
-        return LoopCheckpoint(self.entry_text, self.entry_state, self.lists, self.start, self.state, origin)
+        return LoopCheckpoint(*self[:5], origin)
 
 
 # --- state ------------------------------------------------------------------------------
