@@ -42,6 +42,16 @@ LOOKS_FOR_A_FINAL_ANSWER = (
     "{%- if add_generation_prompt %}<assistant>{% endif %}"
 )
 
+# phi-4-mini's shape: the loop inside {% if messages %}, after a system prompt taken off the list.
+INSIDE_AN_IF = (
+    "{%- if messages and messages[0].role == 'system' %}{% set system = messages[0].content %}"
+    "{% set messages = messages[1:] %}{% else %}{% set system = 'default' %}{% endif %}"
+    "{%- if messages %}<system>{{ system }}"
+    "{%- for message in messages %}<{{ message.role }}>{{ message.content }}{% if not loop.last %}|{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}<assistant>{% endif %}"
+    "{%- else %}<empty>{% endif %}"
+)
+
 MESSAGES = st.lists(
     st.fixed_dictionaries(
         {
@@ -89,6 +99,10 @@ def test_a_loop_that_looks_one_message_around_is_resumed_with_its_namespace():
     assert "The bridge resumes the message loop" in code_of(LOOKS_AROUND)
 
 
+def test_a_loop_inside_an_if_is_resumed():
+    assert "lookahead=1" in loop_header(INSIDE_AN_IF)
+
+
 def test_a_look_for_a_later_message_becomes_a_test_the_runtime_asks_of_appended_ones():
     header = loop_header(LOOKS_FOR_A_FINAL_ANSWER)
     assert "scans=" in header and "lambda other:" in header
@@ -113,6 +127,11 @@ def test_a_loop_is_left_alone_where_resuming_it_could_differ(body, reason):
     assert "The bridge re-runs the whole template:" in code and reason in code.replace("\n    ", " ")
 
 
+def test_a_loop_inside_another_loop_is_left_alone():
+    source = "{% for turn in [1] %}{% for message in messages %}{{ message.content }}{% endfor %}{% endfor %}"
+    assert "its message loop is inside another loop or a macro" in code_of(source)
+
+
 def test_a_fixed_message_read_in_the_loop_needs_that_message():
     source = "{% for message in messages %}{{ messages[0].content }}{{ message.content }}{% endfor %}"
     assert "leading=1" in loop_header(source)
@@ -135,6 +154,7 @@ def test_a_macro_the_loop_calls_brings_what_it_reads_into_the_state():
 def test_resumed_renders_are_the_full_render(messages):
     resumed_renders(LOOKS_AROUND, messages)
     resumed_renders(LOOKS_FOR_A_FINAL_ANSWER, messages)
+    resumed_renders(INSIDE_AN_IF, [{"role": "system", "content": "s"}, *messages])
 
 
 def test_resuming_happens():
@@ -148,6 +168,7 @@ def test_resuming_happens():
     ]
     assert resumed_renders(LOOKS_AROUND, conversation) == (4, 4)
     assert resumed_renders(LOOKS_FOR_A_FINAL_ANSWER, conversation) == (4, 4)
+    assert resumed_renders(INSIDE_AN_IF, [{"role": "system", "content": "s"}, *conversation]) == (4, 4)  # (no loop for the system message alone)
 
 
 def run(source: str, shorter: list[dict], longer: list[dict]):

@@ -67,24 +67,39 @@ def make_resumable(program: ir.Program, bound_names: set[str]) -> Resumption:
     inputs, knobs, special tokens read at run time).
     """
     try:
-        position = message_loop_position(program.body)
-        loop = program.body[position]
+        path = message_loop_path(program.body)
+        block, position = path[-1]
+        loop = block[position]
+        before = [statement for level, at in path for statement in level[:at]]  # what runs before the loop
+        after = [statement for level, at in path for statement in level[at + 1 :]]  # (and what may run after)
         reads = LoopReads(loop, program.methods)
-        plan = reads.plan(program.body[:position], program.body[position + 1 :], bound_names)
+        plan = reads.plan(before, after, bound_names)
     except NotResumable as exc:
         return Resumption(reason=str(exc))
-    program.body[position] = resumable_loop(loop, plan, program)
+    block[position] = resumable_loop(loop, plan, program)
     return Resumption(lookahead=plan.lookahead)
 
 
-def message_loop_position(body: list[ir.Stmt]) -> int:
-    """The index in ``body`` of the last top-level loop that marks messages."""
-    positions = [index for index, statement in enumerate(body) if marks_messages(statement)]
-    if positions:
-        return positions[-1]
-    nested = next((statement for statement in ir.walk_statements(body) if marks_messages(statement)), None)
-    if nested is not None:
-        raise NotResumable(f"its message loop (line {nested.line}) is inside another block")
+def message_loop_path(body: list[ir.Stmt]) -> list[tuple[list[ir.Stmt], int]]:
+    """Where the last loop that marks messages is, as (block, index) pairs from ``body`` down: the
+    loop is the last block's statement, and every other step is an ``if`` (``{% if messages %}``
+    around the loop is common). A loop inside another loop or a macro runs more than once a render."""
+    found: list[tuple[list[ir.Stmt], int]] | None = None
+
+    def search(block: list[ir.Stmt], path: list) -> None:
+        nonlocal found
+        for index, statement in enumerate(block):
+            if marks_messages(statement):
+                found = [*path, (block, index)]
+            elif isinstance(statement, ir.If):
+                search(statement.body, [*path, (block, index)])
+                search(statement.orelse, [*path, (block, index)])
+
+    search(body, [])
+    if found is not None:
+        return found
+    if any(marks_messages(statement) for statement in ir.walk_statements(body)):
+        raise NotResumable("its message loop is inside another loop or a macro")
     raise NotResumable("it has no message loop")
 
 
