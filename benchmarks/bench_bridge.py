@@ -211,6 +211,77 @@ def bench_family(family, rounds: int, samples: int) -> dict:
     }
 
 
+# Where a bridge's time goes (--parts): the functions bridge_turn calls, timed where they are looked up.
+PARTS = {
+    "recall": [("rllm_renderers.bridge", "recalled_prompt")],
+    "copy of the prompt": [("rllm_renderers.prompt_memory", "Recalled.ids")],
+    "parse": [("rllm_renderers.bridge", "closed_completion"), ("rllm_renderers.bridge", "sampled_turn_as_message")],
+    "inputs": [("rllm_renderers.base", "GeneratedRenderer.template_messages"), ("rllm_renderers.template_runtime", "template_tools")],
+    "template run": [("rllm_renderers.bridge", "render_extended")],
+    "checks": [
+        ("rllm_renderers.bridge", name_)
+        for name_ in ("history_of", "renders_by_call_ids", "ends_like", "sampled_turn_end", "checked_new_messages")
+    ],
+    "suffix encode + result": [("rllm_renderers.bridge", "bridged_tokens")],
+    "remember": [("rllm_renderers.prompt_memory", "PromptHistories.remember")],
+}
+
+
+def bridge_parts(family, rounds: int, repeats: int = 10) -> dict[str, float]:
+    """Microseconds per bridge, by part (PARTS), averaged over ``repeats`` bridge-driven episodes."""
+    import functools
+    import importlib
+
+    from rllm_renderers.prompt_memory import PromptHistories
+    from rllm_renderers.tokenization import TextEncoder
+
+    spent = dict.fromkeys([*PARTS, "total"], 0.0)
+    patched = []
+
+    def patch(module_name: str, dotted: str, part: str) -> None:
+        owner = importlib.import_module(module_name)
+        *path, attribute = dotted.split(".")
+        for step in path:
+            owner = getattr(owner, step)
+        original = getattr(owner, attribute)
+
+        @functools.wraps(original)
+        def timed_part(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - start
+
+        setattr(owner, attribute, timed_part)
+        patched.append((owner, attribute, original))
+
+    shape, has_tool_role = SHAPES[family.module]
+    tokenizer = family.load_tokenizer()
+    renderer = family.renderer_class(tokenizer)
+    renderer._encoder = TextEncoder(tokenizer, span_cache_size=0)
+    start, steps = episode(shape, has_tool_role, rounds)
+    plan, history = [], list(start)
+    for assistant, new in steps:
+        plan.append((sampled(renderer, history, assistant), new))
+        history = history + [assistant] + new
+    for part, places in PARTS.items():
+        for module_name, dotted in places:
+            patch(module_name, dotted, part)
+    patch("rllm_renderers.base", "bridge_turn", "total")
+    try:
+        for _ in range(repeats):
+            renderer.prompt_histories = PromptHistories()
+            ids = renderer.render_ids(start, tools=TOOLS, add_generation_prompt=True)
+            for completion, new in plan:
+                ids = renderer.bridge_to_next_turn(ids, completion, new, tools=TOOLS).token_ids
+    finally:
+        for owner, attribute, original in reversed(patched):
+            setattr(owner, attribute, original)
+    bridges = repeats * rounds
+    return {part: seconds / bridges * 1e6 for part, seconds in spent.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
@@ -218,6 +289,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--samples", type=int, default=25)
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    parser.add_argument("--parts", action="store_true", help="also: where a bridge's time goes, part by part")
     args = parser.parse_args()
     global WALL_CLOCK
     WALL_CLOCK = args.wall
@@ -246,6 +318,18 @@ def main() -> None:
             f"| {row['warm_episode_ms'] / row['bridge_episode_ms']:.1f}x |",
             flush=True,
         )
+    if not args.parts:
+        return
+    print(f"\nWhere a bridge's time goes: microseconds of wall time per bridge, the average over 10 episodes of {args.rounds} rounds\n")
+    print("| family | " + " | ".join(PARTS) + " | other | total |")
+    print("|---|" + "--:|" * (len(PARTS) + 2))
+    for family in FAMILIES:
+        if family.module not in wanted:
+            continue
+        parts = bridge_parts(family, args.rounds)
+        other = parts["total"] - sum(parts[part] for part in PARTS)
+        cells = " | ".join(f"{parts[part]:.1f}" for part in PARTS)
+        print(f"| {family.module} | {cells} | {other:.1f} | {parts['total']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
