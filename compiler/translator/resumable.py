@@ -9,10 +9,14 @@ methods it calls):
 * **the message lists are read by position near the current one.** A list the body indexes is
   read only as ``xs[i + k]`` (``i`` the loop index, ``k`` a constant; ``k < 0`` only where a test
   on ``i`` keeps the index from wrapping round to the list's end), ``xs[i + a : i + b]`` with
-  ``0 <= a``, or in a comparison of ``i + c`` with ``len(xs)`` (``loop.last`` lowers to one). Such
-  reads give the same answer in both renders for ``i < len(xs) - d``, ``d`` the largest ``k`` or
-  ``c`` (the *lookahead*). Any other read of a list (``loop.length``, ``xs[i + 1:]``, ``xs[-1]``,
-  iterating it, passing it to a filter) makes it a state value, below;
+  ``0 <= a``, ``xs[c]`` (a fixed one of the first messages: ``leading``), or in a comparison of
+  ``i + c`` with ``len(xs)`` (``loop.last`` lowers to one). Such reads give the same answer in
+  both renders for ``i < len(xs) - d``, ``d`` the largest ``k`` or ``c`` (the *lookahead*). One
+  read of all later messages is allowed too: a loop ``for x in xs[i + k:]`` whose only effect is
+  setting namespace attributes to constants when ``x`` passes a test of ``x`` alone (gpt-oss looks
+  for a later final answer); appended messages change nothing as long as none passes the test,
+  which the runtime asks of them (``scans``). Any other read of a list (``loop.length``,
+  ``xs[-1]``, iterating it, passing it to a filter) makes it a state value, below;
 * **everything else it reads from outside is state**, compared equal at the loop's start: values
   bound before the loop (knobs, a system prompt, the tools, ``add_generation_prompt``) and
   namespaces (the only values a template can change; the runtime snapshots them);
@@ -20,9 +24,12 @@ methods it calls):
   sets it, none is read after the loop, no namespace is changed through another name, no macro
   that reads the render's own variables (a closure) is called, the clock is not read.
 
-The loop's iterable then becomes ``out.message_loop(items, lookahead=d, lists=(...), state=(...))``;
-anything else leaves the loop as it is (the bridge re-runs the whole template) and the class
-docstring says why.
+The loop is the last one that marks messages, at the top of the template or under ``{% if %}``s
+(not inside another loop or a macro); everything that runs before it is re-run by the resumed
+render and compared. Its iterable then becomes ``out.message_loop(items, lookahead=d, leading=c,
+lists=(...), state=(...), scans=(...))``; anything else leaves the loop as it is (the bridge
+re-runs the whole template) and the class docstring says why. ``verify`` checks every resumed
+render against the full one, so a flaw here shows as a verification failure, never as wrong ids.
 """
 
 from __future__ import annotations
