@@ -158,6 +158,34 @@ def test_the_roles_of_every_conversation_are_accepted_where_the_template_drops_t
         renderer.render_text([{"role": "system", "content": "x"}, USER])
 
 
+def test_a_class_refusing_the_assistant_role_is_reported_not_raised(tmp_path):
+    """A wrong role guess (a class that refuses the assistant role) is a mismatch naming the role;
+    render() of a conversation the class accepts does not fail on its own assistant probe."""
+    renderer_class, compiled = compile_inline(tmp_path, "user_turns_only", USER_TURNS_ONLY)
+
+    class UserOnly(renderer_class):
+        ROLES = ("user",)
+
+    renderer = UserOnly(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.render([USER]).message_roles == ["user"]
+    report = verify_compiled(UserOnly, compiled, cases=10, seed=0)
+    assert not report.ok
+    assert "unknown role 'assistant'" in report.failure.reason
+
+
+def test_a_renderer_failing_after_its_text_matched_is_reported_not_raised(tmp_path):
+    """Token ids and attribution are checked after the text: a renderer raising there is a mismatch too."""
+    renderer_class, compiled = compile_inline(tmp_path, "user_turns_only", USER_TURNS_ONLY)
+
+    class FailingAttribution(renderer_class):
+        def render(self, messages, **arguments):
+            raise RuntimeError("no attribution")
+
+    report = verify_compiled(FailingAttribution, compiled, cases=5, seed=0)
+    assert not report.ok
+    assert "the renderer raised RuntimeError: no attribution" in report.failure.reason
+
+
 def test_a_template_that_renders_nothing_is_not_verified(tmp_path):
     """Agreeing that every conversation is refused proves nothing about rendering."""
     path = tmp_path / "refuses_all.jinja"
