@@ -121,11 +121,12 @@ def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> s
 
 def accepted_roles(oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
-    message, else the roles the template compares with, plus the standard roles whose messages it
+    message, else the roles the template compares with, the standard roles whose messages it
     renders without naming them as constants (``message.role == user_token`` after
-    ``{% set user_token = "user" %}``). A template that silently drops messages of other roles
-    (Qwen3 renders nothing for a "developer" message) gets a renderer that refuses them with an
-    error naming the role, since a dropped message is never what a caller meant."""
+    ``{% set user_token = "user" %}``), and always the CONVERSATION_ROLES. A template that silently
+    drops messages of other roles (Qwen3 renders nothing for a "developer" message) gets a renderer
+    that refuses them with an error naming the role, since a dropped message is never what a caller
+    meant."""
     from .oracle import OracleRejected
 
     try:
@@ -135,10 +136,15 @@ def accepted_roles(oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = (
     if "zzq7content" in text:
         return ()
     rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role, knobs)}
-    return tuple(sorted(set(compared) | rendered))
+    return tuple(sorted(set(compared) | rendered | set(CONVERSATION_ROLES)))
 
 
 STANDARD_ROLES = ("system", "user", "assistant", "tool")
+#: The roles every conversation is made of, never refused: a renderer is for assistant turns after
+#: user turns. A template may still write nothing of one (vLLM's Granite template compares only
+#: 'user' and drops assistant messages, as others drop past reasoning); the renderer then writes
+#: nothing of it too, and one that refuses such a message raises the template's own error.
+CONVERSATION_ROLES = ("user", "assistant")
 _PROBE_USER = {"role": "user", "content": "Hello."}
 _PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 

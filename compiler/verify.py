@@ -195,9 +195,15 @@ class DifferentialChecker:
         except OracleRejected as rejection:
             return self._check_rejection(renderer, messages, arguments, case, rejection)
         try:
-            actual = renderer.render_text(messages, **arguments)
-        except Exception as exc:  # any failure here is a mismatch to report
+            return self._compare_rendered(renderer, messages, arguments, expected, case)
+        except OracleRejected:
+            raise
+        except Exception as exc:  # any failure of the renderer here (render_text, render...) is a mismatch to report
             return Failure(case, f"the template renders but the renderer raised {type(exc).__name__}: {exc}")
+
+    def _compare_rendered(self, renderer, messages, arguments, expected: str, case: Case) -> Failure | None:
+        """The renderer's text (warm and resumed too), then its token ids, against the template's."""
+        actual = renderer.render_text(messages, **arguments)
         if actual != expected:
             return Failure(case, "text differs", text_diff(expected, actual))
         # Again, with the caches this render filled (converted tools, memoized macros) now warm.

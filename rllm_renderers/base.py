@@ -522,7 +522,7 @@ class GeneratedRenderer(ABC):
                     try:
                         alone = self.render_text(probe, tools=tools, add_generation_prompt=True)
                         reply = self._render_output([*probe, {"role": "assistant", "content": "Hi."}], tools, False)
-                    except jinja.TemplateError:
+                    except ValueError:  # the template refuses the probe (or the class the assistant role)
                         continue
                     starts = [offset for offset, index in reply.message_spans() if index == len(probe)]
                     if starts and alone.startswith(reply.text()[: starts[0]]):

@@ -392,6 +392,17 @@ _INTERNAL_ATTRIBUTES: tuple[tuple[Any, frozenset[str]], ...] = (
 )
 
 
+# Every name is_safe_attribute refuses on some value (underscore names aside).
+_REFUSED_NAMES = frozenset({"mro"}).union(*(names for _, names in (*_MUTATING_METHODS, *_INTERNAL_ATTRIBUTES)))
+
+
+def sandbox_may_refuse(name: str) -> bool:
+    """Whether the sandbox refuses ``x.name`` for some value ``x`` (``dict.update``, ``list.append``,
+    ``__class__``...): a translation must read such a name through :func:`getattribute`, never as a
+    plain Python attribute, whose method would run."""
+    return name.startswith("_") or name in _REFUSED_NAMES
+
+
 def is_safe_attribute(obj: Any, name: str) -> bool:
     """Whether transformers' ``ImmutableSandboxedEnvironment`` lets a template read ``obj.name``."""
     if name.startswith("_"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from compiler.analysis import compared_roles, knob_candidates
 from compiler.pipeline import compile_source, load_renderer_class, verify_compiled
 from compiler.source import resolve_source
@@ -135,6 +137,53 @@ def test_roles_are_probed_with_knob_values_when_the_template_needs_them(tmp_path
     assert compiled.facts.knobs == ("functions", "today")
     assert compiled.facts.roles == ("assistant", "system", "user")
     assert compiled.turn is not None and compiled.turn.warning() is None
+
+
+# vLLM's Granite tool template style: only 'user' is compared, an assistant message (or a system one)
+# is accepted and written as nothing, and the trailing space after the loop keeps the generation
+# prompt from extending the render without it (so render() probes a user + assistant conversation).
+USER_TURNS_ONLY = (
+    "SYSTEM: be brief\n{% for m in messages %}{% if m['role'] == 'user' %}USER: {{ m['content'] }}\n{% endif %}"
+    "{% if loop.last and add_generation_prompt %}ASSISTANT:\n{% endif %}{% endfor %} "
+)
+
+
+def test_the_roles_of_every_conversation_are_accepted_where_the_template_drops_them(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "user_turns_only", USER_TURNS_ONLY)
+    assert compiled.facts.roles == ("assistant", "user")  # not ('user',): the assistant turn is the point
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.render_text([USER, ASSISTANT, USER]) == "SYSTEM: be brief\nUSER: What is up?\nUSER: What is up?\n "
+    assert renderer.render([USER, ASSISTANT]).message_roles == ["user", "assistant"]
+    with pytest.raises(ValueError, match="unknown role 'system'"):  # another dropped role is still refused
+        renderer.render_text([{"role": "system", "content": "x"}, USER])
+
+
+def test_a_class_refusing_the_assistant_role_is_reported_not_raised(tmp_path):
+    """A wrong role guess (a class that refuses the assistant role) is a mismatch naming the role;
+    render() of a conversation the class accepts does not fail on its own assistant probe."""
+    renderer_class, compiled = compile_inline(tmp_path, "user_turns_only", USER_TURNS_ONLY)
+
+    class UserOnly(renderer_class):
+        ROLES = ("user",)
+
+    renderer = UserOnly(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    assert renderer.render([USER]).message_roles == ["user"]
+    report = verify_compiled(UserOnly, compiled, cases=10, seed=0)
+    assert not report.ok
+    assert "unknown role 'assistant'" in report.failure.reason
+
+
+def test_a_renderer_failing_after_its_text_matched_is_reported_not_raised(tmp_path):
+    """Token ids and attribution are checked after the text: a renderer raising there is a mismatch too."""
+    renderer_class, compiled = compile_inline(tmp_path, "user_turns_only", USER_TURNS_ONLY)
+
+    class FailingAttribution(renderer_class):
+        def render(self, messages, **arguments):
+            raise RuntimeError("no attribution")
+
+    report = verify_compiled(FailingAttribution, compiled, cases=5, seed=0)
+    assert not report.ok
+    assert "the renderer raised RuntimeError: no attribution" in report.failure.reason
 
 
 def test_a_template_that_renders_nothing_is_not_verified(tmp_path):

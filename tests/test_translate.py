@@ -1049,6 +1049,27 @@ def test_statements_and_loop_attributes(source, xs):
     check(source, xs=xs)
 
 
+# Hunyuan-A13B's `{% set _ = context.update({'has_head': false}) %}`: the sandbox refuses a method that
+# mutates a list, dict or set (the call raises SecurityError), on a literal, a computed value or
+# template data alike; reading such a name is an unsafe Undefined; other methods still run.
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% set context = {'has_head': true} %}{% if x %}{% set _ = context.update({'has_head': false}) %}"
+        "{% endif %}{{ context.has_head }}",
+        "{% set xs = [1] %}{% set _ = xs.append(2) %}{{ xs }}",
+        "{{ [2, 1].sort() }}{{ (messages | list).pop() }}",
+        "{{ messages[0].update({'content': 'x'}) }}{{ messages[0].content }}",
+        "{% set d = {'a': 1} %}{{ d.setdefault('b', 2) }}{{ 'abc'.pop() }}",
+        "{% set d = {'update': 1} %}[{{ d.update }}|{{ d['update'] }}|{{ d.update is defined }}]",
+        "{% set ns = namespace(update=3) %}{{ ns.update }}{{ messages[0].content.split() }}{{ ''.__class__ }}",
+    ],
+)
+@pytest.mark.parametrize("x", [True, False])
+def test_mutating_methods_are_refused_as_the_sandbox_refuses_them(source, x):
+    check(source, x=x)
+
+
 def test_top_level_macros_are_methods_and_closures_only_where_they_read_render_variables():
     source = (
         "{% macro item(x, sep=', ') %}{{ x }}{{ sep }}{% endmacro %}"

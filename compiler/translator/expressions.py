@@ -15,6 +15,7 @@ from jinja2 import nodes
 from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
 
 from rllm_renderers import template_runtime
+from rllm_renderers.template_values import sandbox_may_refuse
 
 from . import ir
 from .ir import attribute, call, const, jinja, name, store, subscript
@@ -217,6 +218,8 @@ class ExpressionLowering:
                 raise self.error(node, "`loop` used outside a {% for %} loop")
             return self.loop_attribute(node)
         target = self.expr(node.node)
+        if sandbox_may_refuse(node.attr):
+            return PyExpr(call("jinja.getattribute", target.node, const(node.attr)))
         is_namespace = isinstance(target.node, ast.Name) and target.node.id in self.namespaces
         if is_namespace or node.attr in DICT_METHODS:
             return PyExpr(attribute(target.node, node.attr))
@@ -318,7 +321,11 @@ class ExpressionLowering:
         ]
         if isinstance(function, nodes.Getattr):
             target = self.expr(function.node)
-            return PyExpr(ast.Call(func=attribute(target.node, function.attr), args=arguments, keywords=keywords))
+            method = attribute(target.node, function.attr)
+            if sandbox_may_refuse(function.attr):
+                # `context.update(...)`: the sandbox refuses a mutating method (the call raises), it never runs
+                method = call("jinja.getattribute", target.node, const(function.attr))
+            return PyExpr(ast.Call(func=method, args=arguments, keywords=keywords))
         if isinstance(function, nodes.Name):
             resolved = self.name_load(function.name, node)
             if resolved.kind == "unknown":
