@@ -10,6 +10,7 @@ generated renderer (see :mod:`rllm_renderers.formats`).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ KEY_B, VALUE_B = "bkq7", "bvq7"
 # Call ids: nine letters and digits, the shape Mistral's templates insist on; a template that writes
 # them gets them read as the call's id (ID_SLOT stands for either while delimiters are compared).
 FIRST_ID, SECOND_ID = "inq7xaaaa", "inq7xbbbb"
+# A string value holding both quotes and a backslash: a template that writes strings as literals
+# escapes them; one that writes them between quotes as they are cannot be read back.
+QUOTES_AND_BACKSLASH = "q\"t'b\\s"
 ID_SLOT = "\x00"
 USER = {"role": "user", "content": "uq7"}
 
@@ -510,6 +514,7 @@ class Prober:
         second_at = single.find(second, first_at)
         if second_at < 0 or single[first_at + len(first) : second_at].strip() != ",":
             raise ProbeError(f"keyword tool-call arguments not separated by ',': {single!r}")
+        self.check_strings_escaped(single, first_at + len(KEY_A) + 1, quote)
         after_single = single[second_at + len(second) :]
         after_first_in_double = None
         if double is not None and FIRST_TOOL in double and first in double:
@@ -519,6 +524,24 @@ class Prober:
             name_end=single[name_at + len(FIRST_TOOL) : first_at],
             string_quote=quote,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+        )
+
+    def check_strings_escaped(self, single: str, literal_at: int, quote: str) -> None:
+        """Raise unless the template writes a string argument as a literal that reads back (escaped,
+        as LFM2.5's template or ``tojson`` do). OLMo-3 writes ``"'" + value + "'"``: ``C:\\new``
+        would read as a newline, and a value holding the quote (``print('hi')``) cannot be told
+        from its end, so no parse is exact."""
+        tricky = self.tool_completion([tool_call(FIRST_TOOL, {KEY_A: QUOTES_AND_BACKSLASH, KEY_B: VALUE_B}, FIRST_ID)])
+        if tricky is None:
+            raise ProbeError(f"the template does not render a string argument holding {QUOTES_AND_BACKSLASH!r}")
+        before, after = single[:literal_at], single[literal_at + len(quote + VALUE_A + quote) :]
+        tricky = tricky.replace(FIRST_ID, ID_SLOT)
+        written = tricky[len(before) : len(tricky) - len(after)]
+        if tricky.startswith(before) and tricky.endswith(after) and python_literal(written) == QUOTES_AND_BACKSLASH:
+            return
+        raise ProbeError(
+            f"the template writes string arguments between {quote} quotes without escaping them "
+            f"({written!r} for {QUOTES_AND_BACKSLASH!r}): a value holding the quote cannot be told from its end"
         )
 
     def xml_style(self, single: str, double: str | None) -> ToolCallFormat:
@@ -796,6 +819,14 @@ def keyword_quote(text: str) -> str | None:
     if quote not in ("'", '"') or not text.startswith(VALUE_A + quote, at + 1):
         return None
     return quote
+
+
+def python_literal(text: str) -> Any:
+    """The value of a Python literal (None when ``text`` is not one)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def with_call_id(syntax: ToolCallFormat) -> ToolCallFormat:

@@ -423,6 +423,24 @@ def test_python_style_calls_are_learned_and_parsed(tmp_path):
     assert [call.status for call in cut.tool_calls] == ["unclosed_block"]
 
 
+# OLMo-3 / Llama-4 (pythonic) style: Python calls, but a string argument is written between quotes
+# as it is ("'" + value + "'", or '"%s"' | format(value)): `C:\\new` would read back as a newline and
+# a value holding the quote (`print('hi')`) cannot be told from its end, so no parse is exact.
+UNESCAPED_STRINGS = {
+    "single-quoted": "{{ \"'\" + v + \"'\" }}",
+    "format-double-quoted": "{{ '\"' + ('%s' | format(v)) + '\"' }}",
+}
+
+
+@pytest.mark.parametrize("name", list(UNESCAPED_STRINGS))
+def test_python_calls_with_unescaped_strings_leave_the_call_syntax_unlearned(tmp_path, name):
+    value = UNESCAPED_STRINGS[name]
+    template = PYTHON_CALLS.replace("{{ value(v) }}", f"{{% if v is string %}}{value}{{% else %}}{{{{ v | tojson }}}}{{% endif %}}")
+    renderer_class, _ = compile_inline(tmp_path, name.replace("-", "_"), template)
+    assert renderer_class.TOOL_CALLS is None and renderer_class.TURN is not None
+    assert "quotes without escaping them" in renderer_class.UNLEARNED["tool_calls"]
+
+
 # Muse Glimmer style: the call's name is written twice, as the channel's recipient and in the
 # invoke element, so no fixed text separates the name from the arguments.
 NAME_TWICE = (
