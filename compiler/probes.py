@@ -69,7 +69,10 @@ class ProbeFacts:
                 name_end += f" ID {syntax.call_id_end!r}"
             elif syntax.call_id_after == "call_end":
                 call_end += f" ID {syntax.call_id_end!r}"
-            lines.append(f"Tool calls ({syntax.style}): {syntax.call_start!r} NAME{index} {name_end} ARGUMENTS {call_end}.")
+            separator = f", after {syntax.call_separator!r} from the second on" if syntax.call_separator else ""
+            lines.append(
+                f"Tool calls ({syntax.style}): {syntax.call_start!r} NAME{index} {name_end} ARGUMENTS {call_end}{separator}."
+            )
         lines += [f"Note: {note}." for note in self.notes]
         for fact, reason in self.unlearned.items():
             lines.append(f"Not learned ({fact}): {reason}.")
@@ -519,11 +522,16 @@ class Prober:
         after_first_in_double = None
         if double is not None and FIRST_TOOL in double and first in double:
             after_first_in_double = double[double.index(first, double.index(FIRST_TOOL)) + len(first) :]
+        boundaries = self.call_boundaries(single[:name_at], after_single, double, after_first_in_double)
+        if not boundaries["call_start"] and after_first_in_double is not None:
+            # nothing of their own before the names: the calls are a list, and what the first one's end
+            # leaves before the second name separates them (LFM2.5's ", ", nothing after MiniCPM3's ")\n")
+            after_end = after_first_in_double[len(boundaries["call_end"]) :]
+            if not after_first_in_double.startswith(boundaries["call_end"]) or SECOND_TOOL not in after_end:
+                raise ProbeError(f"the second tool call does not follow the first one's end: {double!r}")
+            boundaries["call_separator"] = after_end[: after_end.index(SECOND_TOOL)]
         return ToolCallFormat(
-            style="python",
-            name_end=single[name_at + len(FIRST_TOOL) : first_at],
-            string_quote=quote,
-            **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
+            style="python", name_end=single[name_at + len(FIRST_TOOL) : first_at], string_quote=quote, **boundaries
         )
 
     def check_strings_escaped(self, single: str, literal_at: int, quote: str) -> None:
@@ -688,10 +696,12 @@ class Prober:
         call_start = block_and_start[start:]
         # the second call starts right after the first one's end: whitespace the end already holds
         # is not the start's (Nemotron-3: `</tool_call>\n<tool_call>` against a first `\n<tool_call>`)
+        # (a start of whitespace only, which the end already wrote, is none: MiniCPM3's calls follow one
+        # another, each ended by `)\n`)
         if call_end and call_end in between and not between.endswith(call_end + call_start):
             after_end = between[between.rindex(call_end) + len(call_end) :]
             shorter = len(after_end) < len(call_start)
-            if after_end and shorter and block_and_start.endswith(after_end) and after_end.strip() == call_start.strip():
+            if shorter and block_and_start.endswith(after_end) and after_end.strip() == call_start.strip():
                 call_start = after_end
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
@@ -700,7 +710,8 @@ class Prober:
             # (or the end of their block: LFM2's `]<|tool_call_end|>`)
             after_calls = double[double.index(SECOND_TOOL) :]
             end_at = after_calls.find(call_end) if call_end else -1
-            if end_at < 0 or FIRST_TOOL in after_calls[end_at:] or call_start in after_calls[end_at + len(call_end) :]:
+            another_call = call_start and call_start in after_calls[end_at + len(call_end) :]
+            if end_at < 0 or FIRST_TOOL in after_calls[end_at:] or another_call:
                 raise ProbeError(f"the content after the tool calls does not follow the last call's end: {double!r}")
             block_end = after_calls[end_at + len(call_end) : after_calls.index(CONTENT)]
             found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_last": True}

@@ -109,8 +109,9 @@ class ToolCallFormat:
     ``[VALUE,...]``, other values as Python writes them (``true``, ``5``, ``None``) (Gemma-4).
     ``python`` style: ``call_start`` NAME ``name_end`` key=VALUE, key=VALUE ``call_end``: keyword
     arguments whose values are Python literals with ``string_quote`` around strings (escaped), or
-    JSON for nested values; with no ``call_start`` the calls follow ``block_start``, separated by
-    commas (LFM2.5's ``<|tool_call_start|>[f(a='x'), g()]``).
+    JSON for nested values; with no ``call_start`` the calls follow ``block_start``, each but the
+    first after ``call_separator`` (LFM2.5's ``<|tool_call_start|>[f(a='x'), g()]`` separates them
+    with ``", "``; a call ended by ``")\n"`` needs none: MiniCPM3 writes one per line).
     ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4),
     after ``block_end``, which closes the list of calls (LFM2's ``]<|tool_call_end|>``).
     """
@@ -134,3 +135,4 @@ class ToolCallFormat:
     content_last: bool = False
     block_end: str = ""
     content_start: str = ""
+    call_separator: str = ""

@@ -240,17 +240,18 @@ def _parse_key_value_arguments(text: str, start: int, position: int, syntax: Too
 
 
 _PYTHON_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
-_PYTHON_SEPARATOR = re.compile(r"\s*,\s*")
 
 
 def _python_calls(text: str, position: int, syntax: ToolCallFormat) -> list[TextCall]:
-    """``NAME(key=VALUE, ...)`` calls, separated by commas, right after ``block_start`` (the
-    ``python`` style with nothing before each name: LFM2.5's ``[f(a='x'), g()]``)."""
+    """``NAME(key=VALUE, ...)`` calls right after ``block_start``, each but the first after
+    ``call_separator`` (the ``python`` style with nothing before each name: LFM2.5's
+    ``[f(a='x'), g()]``, one call per line in MiniCPM3's code block)."""
     calls: list[TextCall] = []
     block = text.find(syntax.block_start, position) if syntax.block_start else -1
     if block < 0:
         return calls
     at = block + len(syntax.block_start)
+    separator_pattern = _separator_pattern(syntax.call_separator)
     while True:
         named = _PYTHON_NAME.match(text, at)
         if named is None or not text.startswith(syntax.name_end, named.end()):
@@ -259,10 +260,17 @@ def _python_calls(text: str, position: int, syntax: ToolCallFormat) -> list[Text
         calls.append(call)
         if call.status is not ToolCallParseStatus.OK:
             return calls
-        separator = _PYTHON_SEPARATOR.match(text, call.end)
+        separator = separator_pattern.match(text, call.end)
         if separator is None:
             return calls
         at = separator.end()
+
+
+def _separator_pattern(separator: str) -> re.Pattern:
+    """``separator`` with any whitespace around its text (``", "`` also matches ``","``); one of
+    whitespace only, or none, as written."""
+    text = separator.strip(" \t\r\n")
+    return re.compile(r"[ \t\r\n]*" + re.escape(text) + r"[ \t\r\n]*" if text else re.escape(separator))
 
 
 def _parse_python_arguments(text: str, start: int, position: int, syntax: ToolCallFormat, name: str) -> TextCall:

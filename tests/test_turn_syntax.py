@@ -423,6 +423,57 @@ def test_python_style_calls_are_learned_and_parsed(tmp_path):
     assert [call.status for call in cut.tool_calls] == ["unclosed_block"]
 
 
+# MiniCPM3 style: one call per line in a ```python block, values as JSON, the content after the
+# calls; OLMo-3's layout (one call per line between <function_calls> tags) with escaped strings.
+# Each call's end (")\n") already ends its line: nothing more separates the calls.
+PYTHON_CALLS_PER_LINE = {
+    "code-block-content-after": (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+        "{% if m.tool_calls %}<|tool_call_start|>\n```python\n{% for c in m.tool_calls %}{{ c.function.name }}("
+        "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{{ ',' if not loop.last }}{% endfor %})\n"
+        "{% endfor %}```\n<|tool_call_end|>\n{% endif %}{{ m.content or '' }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+    "function-calls-tags": (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+        "{% if m.tool_calls %}<function_calls>\n{% for c in m.tool_calls %}{{ c.function.name }}("
+        "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{% if not loop.last %}, {% endif %}{% endfor %})"
+        "{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}{{ '\\n' }}</function_calls>{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PYTHON_CALLS_PER_LINE))
+def test_python_calls_one_per_line_are_learned_and_parsed(tmp_path, name):
+    renderer_class, compiled = compile_inline(tmp_path, name.replace("-", "_"), PYTHON_CALLS_PER_LINE[name])
+    syntax = renderer_class.TOOL_CALLS
+    assert (syntax.style, syntax.call_start, syntax.name_end, syntax.call_end, syntax.call_separator) == (
+        "python", "", "(", ")\n", ""
+    )
+    renderer = structural_renderer(renderer_class, compiled)
+    arguments = {"path": "C:\\new", "code": "print('hi')\n", "n": 2, "opts": {"a": [1, None]}}
+    turn = {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "run", "arguments": arguments}},
+            {"type": "function", "function": {"name": "noop", "arguments": {}}},
+            {"type": "function", "function": {"name": "run", "arguments": {"n": 3}}},
+        ],
+    }
+    prompt, completion = sampled(renderer, [USER], turn)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert parsed.content == "Checking."
+    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
+        ("run", arguments, "ok"), ("noop", {}, "ok"), ("run", {"n": 3}, "ok")
+    ]
+    result = {"role": "tool", "content": "done"}
+    full = renderer.render_ids([USER, turn, result], add_generation_prompt=True)
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
+    assert bridged is not None and bridged.token_ids == full
+
+
 # OLMo-3 / Llama-4 (pythonic) style: Python calls, but a string argument is written between quotes
 # as it is ("'" + value + "'", or '"%s"' | format(value)): `C:\\new` would read back as a newline and
 # a value holding the quote (`print('hi')`) cannot be told from its end, so no parse is exact.
