@@ -62,17 +62,7 @@ class ProbeFacts:
         if self.reasoning is not None:
             lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
         if self.tool_calls is not None:
-            syntax = self.tool_calls
-            index = f" {syntax.call_index!r} POSITION" if syntax.call_index else ""
-            name_end, call_end = repr(syntax.name_end), repr(syntax.call_end)
-            if syntax.call_id_after == "name_end":
-                name_end += f" ID {syntax.call_id_end!r}"
-            elif syntax.call_id_after == "call_end":
-                call_end += f" ID {syntax.call_id_end!r}"
-            separator = f", after {syntax.call_separator!r} from the second on" if syntax.call_separator else ""
-            lines.append(
-                f"Tool calls ({syntax.style}): {syntax.call_start!r} NAME{index} {name_end} ARGUMENTS {call_end}{separator}."
-            )
+            lines.append(describe_tool_calls(self.tool_calls))
         lines += [f"Note: {note}." for note in self.notes]
         for fact, reason in self.unlearned.items():
             lines.append(f"Not learned ({fact}): {reason}.")
@@ -92,6 +82,19 @@ class ProbeFacts:
             return None
         facts = "; ".join(f"{fact}: {reason}" for fact, reason in self.unlearned.items())
         return f"could not learn {facts} (the render is exact; parse_response degrades, the bridge returns None)"
+
+
+def describe_tool_calls(syntax: ToolCallFormat) -> str:
+    """The docstring line spelling out one call: ``Tool calls (STYLE): START NAME ... END.``"""
+    index = f" {syntax.call_index!r} POSITION" if syntax.call_index else ""
+    name_end, call_end = repr(syntax.name_end), repr(syntax.call_end)
+    if syntax.call_id_after == "name_end":
+        name_end += f" ID {syntax.call_id_end!r}"
+    elif syntax.call_id_after == "call_end":
+        call_end += f" ID {syntax.call_id_end!r}"
+    body = f"ARGUMENTS {syntax.arguments_end!r} NAME" if syntax.arguments_end else f"NAME{index} {name_end} ARGUMENTS"
+    separator = f", after {syntax.call_separator!r} from the second on" if syntax.call_separator else ""
+    return f"Tool calls ({syntax.style}): {syntax.call_start!r} {body} {call_end}{separator}."
 
 
 def tool_call(name: str, arguments: dict, call_id: str) -> dict:
@@ -448,6 +451,8 @@ class Prober:
 
     def json_style(self, single: str, double: str | None, rendered_arguments: str) -> ToolCallFormat:
         name_at = single.index(FIRST_TOOL)
+        if single.find(rendered_arguments, name_at) < 0:
+            return self.arguments_first_style(single, double, rendered_arguments)
         arguments_at = single.index(rendered_arguments, name_at)
         name_end = single[name_at + len(FIRST_TOOL) : arguments_at]
         after_single = single[arguments_at + len(rendered_arguments) :]
@@ -467,6 +472,27 @@ class Prober:
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
             **extra,
         )
+
+    def arguments_first_style(self, single: str, double: str | None, rendered_arguments: str) -> ToolCallFormat:
+        """JSON arguments written before the name: ``{ "arguments": {...}, "name": "NAME"}`` (Hermes'
+        vLLM template); the text between them is ``arguments_end``."""
+        arguments_at = single.index(rendered_arguments)
+        name_at = single.index(FIRST_TOOL, arguments_at)
+        after_first_in_double = anchors = None
+        if double is not None:
+            first_arguments = find_json(double, {KEY_A: VALUE_A})
+            first_at = double.find(first_arguments) if first_arguments is not None else -1
+            first_end = double.find(FIRST_TOOL, first_at) + len(FIRST_TOOL)
+            second_at = double.find(find_json(double[first_end:], {}) or "\x00", first_end)
+            if first_at < 0 or not first_at < first_end <= second_at < double.index(SECOND_TOOL):
+                raise ProbeError(f"the second tool call's arguments do not follow the first call: {double!r}")
+            after_first_in_double, anchors = double[first_end:], (first_at, second_at)
+        boundaries = self.call_boundaries(
+            single[:arguments_at], single[name_at + len(FIRST_TOOL) :], double, after_first_in_double, anchors
+        )
+        extra = {"name_json": True} if self.writes_name_as_json() else {}
+        arguments_end = single[arguments_at + len(rendered_arguments) : name_at]
+        return ToolCallFormat(style="json", name_end="", arguments_end=arguments_end, **boundaries, **extra)
 
     def writes_name_as_json(self) -> bool:
         """Whether the template escapes the name as a JSON string (Mistral-Nemo: ``function|tojson``)."""
@@ -659,14 +685,20 @@ class Prober:
         return separator if separator != parameter_value else ""
 
     def call_boundaries(
-        self, before_name: str, after_single: str, double: str | None, after_first_in_double: str | None
+        self,
+        before_name: str,
+        after_single: str,
+        double: str | None,
+        after_first_in_double: str | None,
+        anchors: tuple[int, int] | None = None,
     ) -> dict[str, str]:
         """Split the text around a call into call_start, call_end, block_start and content_separator.
 
         ``before_name`` is everything the single-call turn has before the name; the
         part a plain answer also has (an empty think block...) is scaffolding, the rest
         is block_start + call_start. The two-call turn tells them apart: call_start is
-        what also precedes the second name.
+        what also precedes the second name. ``anchors``: where the first and the second call
+        start to differ in ``double`` when that is not at their names (the arguments, written first).
         """
         lead = self.plain_lead()
         shared = common_prefix(lead, before_name)
@@ -686,7 +718,8 @@ class Prober:
             call_end = call_end[: marker_boundary_before(after_single, len(call_end), self.added_tokens)]
         if double is None:
             return {"call_start": block_and_start, "call_end": call_end}
-        between = double[double.index(FIRST_TOOL) : double.index(SECOND_TOOL)]
+        first_at, second_at = anchors or (double.index(FIRST_TOOL), double.index(SECOND_TOOL))
+        between = double[first_at:second_at]
         call_start = common_suffix(block_and_start, between)
         opens = call_start[:1] in "<{[("  # a shared part that opens a bracket starts whole (`{"name": "`)
         if len(call_start) < len(block_and_start) and not block_and_start[-len(call_start) - 1].isspace() and not opens:
@@ -705,10 +738,10 @@ class Prober:
                 call_start = after_end
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""
-        if CONTENT in double and double.index(CONTENT) > double.index(SECOND_TOOL):
+        if CONTENT in double and double.index(CONTENT) > second_at:
             # the content comes after the calls (Gemma-4), right after the last one's end
             # (or the end of their block: LFM2's `]<|tool_call_end|>`)
-            after_calls = double[double.index(SECOND_TOOL) :]
+            after_calls = double[second_at:]
             end_at = after_calls.find(call_end) if call_end else -1
             another_call = call_start and call_start in after_calls[end_at + len(call_end) :]
             if end_at < 0 or FIRST_TOOL in after_calls[end_at:] or another_call:
@@ -717,7 +750,7 @@ class Prober:
             found = {"call_start": call_start, "call_end": call_end, "block_start": block_start, "content_last": True}
             return {**found, "block_end": block_end} if block_end else found
         if CONTENT in double:
-            lead_text = double[double.index(CONTENT) + len(CONTENT) : double.index(FIRST_TOOL)]
+            lead_text = double[double.index(CONTENT) + len(CONTENT) : first_at]
             if lead_text.endswith(block_and_start):
                 separator = lead_text[: len(lead_text) - len(block_and_start)]
             # a header only a tool-calling turn's content gets (gpt-oss harmony's commentary preamble)

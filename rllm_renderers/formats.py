@@ -112,6 +112,9 @@ class ToolCallFormat:
     JSON for nested values; with no ``call_start`` the calls follow ``block_start``, each but the
     first after ``call_separator`` (LFM2.5's ``<|tool_call_start|>[f(a='x'), g()]`` separates them
     with ``", "``; a call ended by ``")\n"`` needs none: MiniCPM3 writes one per line).
+    ``arguments_end``: the template writes the arguments before the name (``json`` style):
+    ``call_start`` ARGUMENTS ``arguments_end`` NAME ``call_end`` (Hermes' vLLM template:
+    ``<tool_call>\n{ "arguments": {...}, "name": "NAME"}``); ``name_end`` is then empty.
     ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4),
     after ``block_end``, which closes the list of calls (LFM2's ``]<|tool_call_end|>``).
     """
@@ -136,3 +139,4 @@ class ToolCallFormat:
     block_end: str = ""
     content_start: str = ""
     call_separator: str = ""
+    arguments_end: str = ""

@@ -127,22 +127,18 @@ def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dic
 
 
 def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict] | None) -> TextCall:
+    if syntax.arguments_end:
+        call = _parse_arguments_first(text, start, syntax)
+        if call.status is ToolCallParseStatus.OK and not call.name:
+            call.status = ToolCallParseStatus.MISSING_NAME
+        return call
     name_at = start + len(syntax.call_start)
     name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
     if name_end < 0:
         return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
     # between explicit delimiters the name is exactly what the template wrote; else only the
     # syntax's whitespace is stripped, never a name's own characters
-    name = text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n")
-    if syntax.name_json:  # the body of a JSON string: unescaped (left as written when it is not one)
-        try:
-            name = json.loads(f'"{name}"')
-        except json.JSONDecodeError:
-            pass
-    if syntax.call_index:  # NAME, the separator and the call's position: the name is what precedes them
-        at = name.rfind(syntax.call_index)
-        if at >= 0 and name[at + len(syntax.call_index) :].isdigit():
-            name = name[:at]
+    name = _call_name(text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n"), syntax)
     body_at = name_end + len(syntax.name_end)
     call_id = None
     if syntax.call_id_after == "name_end":  # NAME [CALL_ID] ID [ARGS] ...
@@ -165,6 +161,47 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     if call_id is not None:
         call.id = call_id
     return call
+
+
+def _call_name(name: str, syntax: ToolCallFormat) -> str:
+    """The name as written, unescaped where the template escapes it, without the call's position."""
+    if syntax.name_json:  # the body of a JSON string: unescaped (left as written when it is not one)
+        try:
+            name = json.loads(f'"{name}"')
+        except json.JSONDecodeError:
+            pass
+    if syntax.call_index:  # NAME, the separator and the call's position: the name is what precedes them
+        at = name.rfind(syntax.call_index)
+        if at >= 0 and name[at + len(syntax.call_index) :].isdigit():
+            name = name[:at]
+    return name
+
+
+def _parse_arguments_first(text: str, start: int, syntax: ToolCallFormat) -> TextCall:
+    """``call_start`` ARGUMENTS ``arguments_end`` NAME ``call_end``: JSON arguments written before the
+    name (Hermes' vLLM template); the name runs up to the first ``call_end``."""
+    body_at = start + len(syntax.call_start)
+    try:
+        arguments, arguments_end = _DECODER.raw_decode(text, _skip_space(text, body_at))
+    except json.JSONDecodeError:
+        end_at = text.find(syntax.call_end, body_at)
+        if end_at < 0:
+            return TextCall(text[start:], start, len(text), None, text[body_at:], ToolCallParseStatus.UNCLOSED_BLOCK)
+        end = end_at + len(syntax.call_end)
+        return TextCall(text[start:end], start, end, None, text[body_at:end_at], ToolCallParseStatus.INVALID_JSON)
+    if not text.startswith(syntax.arguments_end, arguments_end):
+        cut = syntax.arguments_end.startswith(text[arguments_end:])  # the text ends inside the delimiter
+        status = ToolCallParseStatus.UNCLOSED_BLOCK if cut else ToolCallParseStatus.MALFORMED_STRUCTURE
+        return TextCall(text[start:arguments_end], start, arguments_end, None, arguments, status)
+    name_at = arguments_end + len(syntax.arguments_end)
+    name_end = text.find(syntax.call_end, name_at)
+    if name_end < 0:
+        return TextCall(text[start:], start, len(text), None, arguments, ToolCallParseStatus.UNCLOSED_BLOCK)
+    end = name_end + len(syntax.call_end)
+    name = _call_name(text[name_at:name_end], syntax)
+    if not isinstance(arguments, dict):
+        return TextCall(text[start:end], start, end, name, arguments, ToolCallParseStatus.MALFORMED_STRUCTURE)
+    return TextCall(text[start:end], start, end, name, arguments)
 
 
 def _parse_json_arguments(text: str, start: int, body_at: int, syntax: ToolCallFormat, name: str) -> TextCall:

@@ -474,6 +474,51 @@ def test_python_calls_one_per_line_are_learned_and_parsed(tmp_path, name):
     assert bridged is not None and bridged.token_ids == full
 
 
+# Hermes (vLLM's tool_chat_template_hermes) style: each call is one JSON object whose arguments come
+# before the name, `{ "arguments": {...}, "name": "NAME"}`, the name written as it is.
+ARGUMENTS_BEFORE_NAME = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "{{ '\\n<tool_call>\\n{ \"arguments\": ' + c.function.arguments | tojson + ', \"name\": \"' + c.function.name + '\"}\\n</tool_call> ' }}"
+    "{% endfor %}{% else %}{{ '\\n' + m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_json_arguments_written_before_the_name_are_learned_and_parsed(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "arguments_first", ARGUMENTS_BEFORE_NAME)
+    syntax = renderer_class.TOOL_CALLS
+    assert (syntax.style, syntax.call_start, syntax.arguments_end, syntax.name_end, syntax.call_end) == (
+        "json", '<tool_call>\n{ "arguments": ', ', "name": "', "", '"}\n</tool_call> '
+    )
+    renderer = structural_renderer(renderer_class, compiled)
+    arguments = {"path": "C:\\new", "code": "print('hi')", "n": 2, "opts": {"a": [1, None]}}
+    turn = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "run", "arguments": arguments}},
+            {"type": "function", "function": {"name": "noop", "arguments": {}}},
+        ],
+    }
+    prompt, completion = sampled(renderer, [USER], turn)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
+        ("run", arguments, "ok"), ("noop", {}, "ok")
+    ]
+    result = {"role": "tool", "content": "done"}
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
+    assert bridged is not None and bridged.token_ids == renderer.render_ids([USER, turn, result], add_generation_prompt=True)
+    # arguments that are no JSON, a name the text leaves open, a list for arguments
+    statuses = {
+        '<tool_call>\n{ "arguments": {"n": 2,}, "name": "run"}\n</tool_call> ': "invalid_json",
+        '<tool_call>\n{ "arguments": {"n": 2}, "name": "ru': "unclosed_block",
+        '<tool_call>\n{ "arguments": [2], "name": "run"}\n</tool_call> ': "malformed_structure",
+        '<tool_call>\n{ "arguments": {"n": 2}, "name": ""}\n</tool_call> ': "missing_name",
+    }
+    for text, status in statuses.items():
+        assert [call.status for call in renderer.parse_response(renderer.encoder.encode(text)).tool_calls] == [status]
+
+
 # OLMo-3 / Llama-4 (pythonic) style: Python calls, but a string argument is written between quotes
 # as it is ("'" + value + "'", or '"%s"' | format(value)): `C:\\new` would read back as a newline and
 # a value holding the quote (`print('hi')`) cannot be told from its end, so no parse is exact.
