@@ -418,6 +418,12 @@ class Prober:
         quote = keyword_quote(single)
         if quote is not None:
             return free_of_needles(with_call_id(self.python_style(single, double, quote)))
+        if f"({KEY_A}={VALUE_A}" in single:
+            # Llama-3.2's pythonic template: '%s' | format(value); n=3 and n='3' are written alike too
+            raise ProbeError(
+                f"the template writes keyword arguments with bare values ({single!r}): where a value ends is not "
+                "in the text (a value may hold ', k=' or '), f(')"
+            )
         if KEY_A in single and VALUE_A in single:
             return free_of_needles(with_call_id(self.xml_style(single, double)))
         raise ProbeError(f"cannot find the tool-call arguments in {single!r}")
@@ -541,6 +547,13 @@ class Prober:
         name_at = single.index(FIRST_TOOL)
         first_at = single.index(first, name_at)
         second_at = single.find(second, first_at)
+        if second_at == first_at + len(first):
+            # Gemma-3's pythonic template: {% if not first %}, {% endif %}, with `first` set anew in each
+            # loop iteration (Jinja scoping), never writes the comma
+            raise ProbeError(
+                f"keyword tool-call arguments written with nothing between them ({single!r}): where a value ends "
+                "is not in the text (n=1e5x=2 reads as n=1e5, x=2 and as n=1, e5x=2)"
+            )
         if second_at < 0 or single[first_at + len(first) : second_at].strip() != ",":
             raise ProbeError(f"keyword tool-call arguments not separated by ',': {single!r}")
         self.check_strings_escaped(single, first_at + len(KEY_A) + 1, quote)

@@ -537,6 +537,31 @@ def test_python_calls_with_unescaped_strings_leave_the_call_syntax_unlearned(tmp
     assert "quotes without escaping them" in renderer_class.UNLEARNED["tool_calls"]
 
 
+# Two ways of writing keyword arguments with no exact parse, so the call syntax stays unlearned:
+# Llama-3.2's pythonic template writes bare values ('%s' | format(v): `q=a, b=c` is also q='a, b=c',
+# and n=3 is n='3'); Gemma-3's sets `first = false` inside the loop, which Jinja forgets at each
+# iteration, so no comma is ever written (`n=1e5x=2` is n=1e5, x=2 and n=1, e5x=2).
+PYTHON_ARGUMENTS = "{% for k, v in c.function.arguments.items() %}{{ k }}={{ value(v) }}{% if not loop.last %}, {% endif %}{% endfor %}"
+NO_EXACT_PARSE = {
+    "bare-values": (PYTHON_ARGUMENTS.replace("{{ value(v) }}", "{{ '%s' | format(v) }}"), "with bare values"),
+    "nothing-between-arguments": (
+        "{% set first = true %}{% for k, v in c.function.arguments.items() %}{% if not first %}, {% endif %}"
+        "{{ k }}={{ v | tojson }}{% set first = false %}{% endfor %}",
+        "with nothing between them",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NO_EXACT_PARSE))
+def test_keyword_arguments_without_an_exact_parse_leave_the_call_syntax_unlearned(tmp_path, name):
+    arguments, reason = NO_EXACT_PARSE[name]
+    template = PYTHON_CALLS.replace(PYTHON_ARGUMENTS, arguments)
+    assert template != PYTHON_CALLS
+    renderer_class, _ = compile_inline(tmp_path, name.replace("-", "_"), template)
+    assert renderer_class.TOOL_CALLS is None and renderer_class.TURN is not None
+    assert reason in renderer_class.UNLEARNED["tool_calls"] and "where a value ends is not in the text" in renderer_class.UNLEARNED["tool_calls"]
+
+
 # Muse Glimmer style: the call's name is written twice, as the channel's recipient and in the
 # invoke element, so no fixed text separates the name from the arguments.
 NAME_TWICE = (
