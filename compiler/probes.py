@@ -19,6 +19,7 @@ from typing import Any
 from rllm_renderers import template_runtime as jinja
 from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from rllm_renderers.output import RenderOutput
+from rllm_renderers.parsing import parse_text
 
 CONTENT = "cnq7"
 REASONING = "rnq7"
@@ -34,6 +35,12 @@ FIRST_ID, SECOND_ID = "inq7xaaaa", "inq7xbbbb"
 QUOTES_AND_BACKSLASH = "q\"t'b\\s"
 ID_SLOT = "\x00"
 USER = {"role": "user", "content": "uq7"}
+# calls a learned tool-call syntax must read back from the template's renders of them
+READ_BACK_CALLS = (
+    [(FIRST_TOOL, {KEY_A: VALUE_A, KEY_B: VALUE_B})],
+    [(FIRST_TOOL, {KEY_A: VALUE_A}), (SECOND_TOOL, {})],
+    [(FIRST_TOOL, {KEY_A: QUOTES_AND_BACKSLASH, KEY_B: 3})],
+)
 
 
 @dataclass(frozen=True)
@@ -391,6 +398,25 @@ class Prober:
     # --- tool calls -----------------------------------------------------------------
 
     def tool_call_format(self) -> ToolCallFormat | None:
+        syntax = self.learn_tool_call_format()
+        if syntax is not None:
+            self.check_reads_back(syntax)
+        return syntax
+
+    def check_reads_back(self, syntax: ToolCallFormat) -> None:
+        """Raise unless ``syntax`` reads the probe renders back as the calls they were rendered from: a
+        syntax learned from some renders must not misread others (a wrong parse is worse than none)."""
+        for calls in READ_BACK_CALLS:
+            messages = [tool_call(name, arguments, call_id) for (name, arguments), call_id in zip(calls, (FIRST_ID, SECOND_ID))]
+            completion = self.tool_completion(messages)
+            if completion is None or any(name not in completion for name, _ in calls):
+                continue  # the template does not render these calls (one call per turn)
+            parsed = parse_text(completion, reasoning=None, tool_calls=syntax, reasoning_prefilled=False)
+            read = [(call.name, call.arguments) for call in parsed.calls]
+            if read != calls:
+                raise ProbeError(f"the tool-call syntax learned from the probes reads {completion!r} back as {read!r}")
+
+    def learn_tool_call_format(self) -> ToolCallFormat | None:
         arguments = {KEY_A: VALUE_A, KEY_B: VALUE_B}
         single = self.tool_completion([tool_call(FIRST_TOOL, arguments, FIRST_ID)])
         if single is None or FIRST_TOOL not in single:

@@ -9,6 +9,7 @@ tests/test_corpus_coverage.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from compiler.markers import synthetic_tokenizer
 from compiler.pipeline import compile_source, load_renderer_class, verify_compiled
+from compiler.probes import Prober, ProbeError
 from compiler.source import resolve_source
 
 USER = {"role": "user", "content": "What is up?"}
@@ -472,6 +474,17 @@ def test_python_calls_one_per_line_are_learned_and_parsed(tmp_path, name):
     full = renderer.render_ids([USER, turn, result], add_generation_prompt=True)
     bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
     assert bridged is not None and bridged.token_ids == full
+
+
+def test_a_call_syntax_that_misreads_the_probe_renders_is_not_learned(tmp_path):
+    # the syntax learned before calls one per line were understood: a call's start ("\n") is also
+    # the end of the call before it (")\n"), so the newline after the last call read as a call
+    renderer_class, compiled = compile_inline(tmp_path, "per_line", PYTHON_CALLS_PER_LINE["function-calls-tags"])
+    prober = Prober(structural_renderer(renderer_class, compiled), frozenset())
+    prober.check_reads_back(renderer_class.TOOL_CALLS)
+    wrong = dataclasses.replace(renderer_class.TOOL_CALLS, call_start="\n", block_start="<function_calls>")
+    with pytest.raises(ProbeError, match=r"back as \[\('fnq7', \{'akq7': 'avq7', 'bkq7': 'bvq7'\}\), \(None, None\)\]"):
+        prober.check_reads_back(wrong)
 
 
 # Hermes (vLLM's tool_chat_template_hermes) style: each call is one JSON object whose arguments come
