@@ -512,11 +512,15 @@ class Prober:
         name_at = single.index(FIRST_TOOL, arguments_at)
         after_first_in_double = anchors = None
         if double is not None:
+            # each call of the two-call turn starts to differ at its arguments: the first call's
+            # {"akq7": "avq7"} and, after the first name, the second call's {}
             first_arguments = find_json(double, {KEY_A: VALUE_A})
-            first_at = double.find(first_arguments) if first_arguments is not None else -1
-            first_end = double.find(FIRST_TOOL, first_at) + len(FIRST_TOOL)
-            second_at = double.find(find_json(double[first_end:], {}) or "\x00", first_end)
-            if first_at < 0 or not first_at < first_end <= second_at < double.index(SECOND_TOOL):
+            first_at = double.find(first_arguments) if first_arguments else -1
+            first_name = double.find(FIRST_TOOL, first_at) if first_at >= 0 else -1
+            first_end = first_name + len(FIRST_TOOL)
+            second_arguments = find_json(double[first_end:], {}) if first_name >= 0 else None
+            second_at = double.find(second_arguments, first_end) if second_arguments else -1
+            if not 0 <= second_at < double.index(SECOND_TOOL):
                 raise ProbeError(f"the second tool call's arguments do not follow the first call: {double!r}")
             after_first_in_double, anchors = double[first_end:], (first_at, second_at)
         boundaries = self.call_boundaries(
