@@ -731,7 +731,7 @@ def _check_message_list(messages: Any) -> None:
 
 def rendering_position(out: RenderOutput, messages: list[Message]) -> str:
     """Which message the template was rendering when it stopped (from the output's last mark)."""
-    index = out.marks[-1][1] if out.marks else -1
+    index = out.message_index(out.marks[-1][1]) if out.marks else -1
     if index < 0:
         return "the text outside the message loop"
     return f"message {index} (role {messages[index].get('role')!r})"

@@ -97,7 +97,10 @@ class RenderOutput:
         after = sum(map(len, self.parts[pending.parts_before :]))
         return pending.finished(self.origin + len(self.text()) - after)
 
-    def _message_index(self, message: Any) -> int:
+    def message_index(self, message: Any) -> int:
+        """The index of ``message`` (by identity) in the rendered messages, -1 for any other value."""
+        if message is None:
+            return -1
         if self.resumed_at is not None:  # a resumed loop marks the last messages: look for them from the end
             messages = self._messages
             for index in range(len(messages) - 1, -1, -1):
@@ -120,19 +123,21 @@ class RenderOutput:
             self.content_parts.append(len(self.parts))
             self.parts.append(text)
             return
-        surrounding = self.marks[-1][1] if self.marks else -1
+        surrounding = self.marks[-1][1] if self.marks else None
         self.mark_message(message)
         self.content_parts.append(len(self.parts))
         self.parts.append(text)
         self.marks.append((len(self.parts), surrounding))
 
     def mark_message(self, message: Any) -> None:
-        """Text appended from now on belongs to ``message`` (-1 if it is not an input message)."""
-        self.marks.append((len(self.parts), self._message_index(message)))
+        """Text appended from now on belongs to ``message`` (attributed to no message if it is not an
+        input message). Marks keep the message itself; its index is looked up when spans are asked for,
+        so a resumed render never looks up the messages its skipped part marked."""
+        self.marks.append((len(self.parts), message))
 
     def mark_scaffold(self) -> None:
         """Text appended from now on belongs to no message."""
-        self.marks.append((len(self.parts), -1))
+        self.marks.append((len(self.parts), None))
 
     def text(self) -> str:
         """The text written (from :attr:`origin` on); call it once the render has ended."""
@@ -156,7 +161,8 @@ class RenderOutput:
         """``(char_start, message_index)`` pairs, in order, starting at character 0 with -1."""
         starts = self.part_starts() if starts is None else starts
         spans = [(0, -1)]
-        for mark_part, message_index in self.marks:
+        for mark_part, message in self.marks:
+            message_index = self.message_index(message)
             offset = starts[mark_part]
             if spans[-1][0] == offset:
                 spans[-1] = (offset, message_index)
