@@ -126,6 +126,9 @@ class GeneratedRenderer(ABC):
         self._turn_opening: str | None = None
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
+        #: Whether the bridge was used: from then on a prompt's render keeps a checkpoint of its message
+        #: loop for the next bridge (rllm_renderers.resume), which an engine that never bridges need not pay.
+        self.bridging = False
 
     def _special_token_values(self, tokenizer: Any, given: dict[str, str]) -> dict[str, Any]:
         """The value of each special-token variable: baked ones checked against the tokenizer and
@@ -379,7 +382,8 @@ class GeneratedRenderer(ABC):
         """
         template_messages, template_tools = self._template_history(messages, tools)
         # a prompt with the generation prompt is one the bridge may be asked to go on from
-        out = self._run_template(template_messages, template_tools, add_generation_prompt, record=add_generation_prompt)
+        record = add_generation_prompt and self.bridging
+        out = self._run_template(template_messages, template_tools, add_generation_prompt, record=record)
         text = out.text()
         if self.plain_content_roles:
             ids = self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
@@ -694,6 +698,7 @@ class GeneratedRenderer(ABC):
         the generation prompt, or an earlier bridge). The full contract is in
         :mod:`rllm_renderers.bridge`.
         """
+        self.bridging = True
         return self._result(
             bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages)
         )

@@ -27,38 +27,19 @@ class RenderOutput:
     full text where the resumed iteration's text begins.
     """
 
-    __slots__ = (
-        "parts",
-        "append",
-        "marks",
-        "content_parts",
-        "_messages",
-        "_index_by_id",
-        "origin",
-        "record",
-        "resume_from",
-        "resume_refused",
-        "resumed_at",
-        "pending_checkpoint",
-        "_text",
-        "_text_parts",
-    )
+    __slots__ = ("parts", "append", "marks", "content_parts", "_messages", "_index_by_id", "origin", "loop_run", "_text")
 
     def __init__(self, messages: list[Any], *, record: bool = False, resume_from: Any = None) -> None:
         self.parts: list[str] = []
         self.append = self.parts.append
-        self.marks: list[tuple[int, int]] = []
+        self.marks: list[tuple[int, Any]] = []
         self.content_parts: list[int] = []  # indices into parts of message text
         self._messages = messages
-        self._index_by_id: dict[int, int] | None = None  # built at the first mark
+        self._index_by_id: dict[int, int] | None = None  # built at the first lookup
         self.origin = 0  # characters of the full text before text() (what a resumed loop skipped)
-        self.record = record
-        self.resume_from = resume_from
-        self.resume_refused: str | None = None  # why resume_from could not be used
-        self.resumed_at: int | None = None  # the iteration the loop resumed at
-        self.pending_checkpoint: resume.PendingCheckpoint | None = None
-        self._text: str | None = None
-        self._text_parts = -1  # len(parts) when _text was joined
+        # what to do with a resumable message loop (record a checkpoint, resume from one), if anything
+        self.loop_run = resume.LoopRun(record, resume_from) if record or resume_from is not None else None
+        self._text: tuple[int, str] | None = None  # (len(parts), their text) once joined
 
     def message_loop(
         self,
@@ -74,28 +55,34 @@ class RenderOutput:
         the loop body reads ``items`` and ``lists`` at most ``lookahead`` messages ahead (and their
         first ``leading``; beyond that only through the ``scans`` tests) and nothing from outside
         it but ``state``."""
-        if self.resume_from is None and not self.record:
+        if self.loop_run is None:
             return enumerate(items)
-        return resume.message_loop(self, items, resume.LoopReads(lookahead, leading, lists, state, scans))
+        return resume.message_loop(self, items, lookahead, leading, lists, state, scans)
 
-    def skip_to(self, origin: int, iteration: int) -> None:
-        """Drop what was written so far: the full text up to ``origin`` is known to hold it, and the
-        loop goes on at ``iteration``."""
+    def skip_to(self, origin: int) -> None:
+        """Drop what was written so far: the full text up to ``origin`` is known to hold it."""
         self.parts.clear()
-        self._text_parts = -1
+        self._text = None
         self.marks.clear()
         self.content_parts.clear()
         self.origin = origin
-        self.resumed_at = iteration
+
+    @property
+    def resumed_at(self) -> int | None:
+        """The iteration a resumed message loop went on at (None: the render is whole)."""
+        return self.loop_run.resumed_at if self.loop_run is not None else None
+
+    @property
+    def resume_refused(self) -> str | None:
+        """Why the checkpoint given could not be resumed from (None: it was, or none was given)."""
+        return self.loop_run.refused if self.loop_run is not None else None
 
     @property
     def checkpoint(self) -> resume.LoopCheckpoint | None:
         """The checkpoint recorded in this render (``record=True``), once it has ended."""
-        pending = self.pending_checkpoint
-        if pending is None:
+        if self.loop_run is None:
             return None
-        after = sum(map(len, self.parts[pending.parts_before :]))
-        return pending.finished(self.origin + len(self.text()) - after)
+        return self.loop_run.checkpoint(self.parts, self.origin, len(self.text()))
 
     def message_index(self, message: Any) -> int:
         """The index of ``message`` (by identity) in the rendered messages, -1 for any other value."""
@@ -140,10 +127,11 @@ class RenderOutput:
         self.marks.append((len(self.parts), None))
 
     def text(self) -> str:
-        """The text written (from :attr:`origin` on); call it once the render has ended."""
-        if self._text_parts != len(self.parts):
-            self._text, self._text_parts = "".join(self.parts), len(self.parts)
-        return self._text
+        """The text written (from :attr:`origin` on)."""
+        joined = self._text
+        if joined is None or joined[0] != len(self.parts):
+            joined = self._text = (len(self.parts), "".join(self.parts))
+        return joined[1]
 
     def part_starts(self) -> list[int]:
         """The character offset of every part in :meth:`text`, plus the text's length at the end."""

@@ -37,7 +37,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from .template_runtime import Cycler, Joiner
-from .template_values import Namespace
+from .template_values import Namespace, TemplateStr, Undefined
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output import RenderOutput
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Values that change in place when the template calls them (``joiner()``, ``cycler.next()``): a
 #: snapshot cannot hold them, so a loop whose state holds one records no checkpoint.
 STATEFUL_VALUES = (Namespace, Cycler, Joiner)
+STATEFUL_TYPES = frozenset(STATEFUL_VALUES)  # (none of them is subclassed)
 
 
 class Unrecordable(Exception):
@@ -58,7 +59,7 @@ class NamespaceState:
 
     def __init__(self, namespace: Namespace) -> None:
         attributes = namespace.__dict__
-        if any(isinstance(value, STATEFUL_VALUES) for value in attributes.values()):
+        if not STATEFUL_TYPES.isdisjoint(map(type, attributes.values())):
             raise Unrecordable("a namespace holding a namespace, cycler or joiner")
         self.attributes = dict(attributes)
 
@@ -82,31 +83,60 @@ class LoopCheckpoint(NamedTuple):
 
 
 class PendingCheckpoint(NamedTuple):
-    """A checkpoint being recorded: its character offset is known only when the render ends."""
+    """A checkpoint being recorded: its text and offset are known only when the render ends."""
 
-    entry_text: str
+    entry: str | int  # the text written before the loop, or how many parts it was (joined at the end)
     entry_state: tuple
     lists: tuple
     start: int
     state: tuple
     parts_before: int  # parts written before iteration ``start``
 
-    def finished(self, origin: int) -> LoopCheckpoint:
-        return LoopCheckpoint(*self[:5], origin)
+
+class LoopRun:
+    """What one render does with its resumable message loop: record a checkpoint (``record``),
+    resume from one (``resume_from``), and how that went."""
+
+    __slots__ = ("record", "resume_from", "refused", "resumed_at", "pending")
+
+    def __init__(self, record: bool, resume_from: LoopCheckpoint | None) -> None:
+        self.record = record
+        self.resume_from = resume_from
+        self.refused: str | None = None  # why resume_from could not be used
+        self.resumed_at: int | None = None  # the iteration the loop resumed at
+        self.pending: PendingCheckpoint | None = None
+
+    def checkpoint(self, parts: list[str], origin: int, text_length: int) -> LoopCheckpoint | None:
+        """The recorded checkpoint, given the render's parts and text (from ``origin``) once it ended."""
+        pending = self.pending
+        if pending is None:
+            return None
+        entry = pending.entry if isinstance(pending.entry, str) else "".join(parts[: pending.entry])
+        tail = sum(map(len, parts[pending.parts_before :]))
+        return LoopCheckpoint(entry, pending.entry_state, pending.lists, pending.start, pending.state, origin + text_length - tail)
 
 
 # --- state ------------------------------------------------------------------------------
 
 
+#: Values a snapshot keeps as they are without a look inside (immutable, or templates cannot change them).
+PLAIN_VALUES = frozenset((str, TemplateStr, int, float, bool, type(None), Undefined))
+
+
 def snapshot(values: tuple) -> tuple:
     """``values`` as they are now: namespaces as copies of their attributes, the rest as they are
     (nothing else can change: templates cannot mutate lists, dicts or strings)."""
+    if not values:
+        return values
     taken = []
     for value in values:
-        if type(value) is Namespace:
+        kind = type(value)
+        if kind in PLAIN_VALUES:
+            taken.append(value)
+        elif kind is Namespace:
             taken.append(NamespaceState(value))
         elif isinstance(value, STATEFUL_VALUES):
-            raise Unrecordable(f"a {type(value).__name__}")
+            raise Unrecordable(f"a {kind.__name__}")
         else:
             if isinstance(value, (list, tuple, dict)) and any(
                 isinstance(item, STATEFUL_VALUES) for item in (value.values() if isinstance(value, dict) else value)
@@ -153,65 +183,57 @@ def restore(recorded: tuple, values: tuple) -> None:
 # --- the loop ---------------------------------------------------------------------------
 
 
-class LoopReads(NamedTuple):
-    """What the compiler found the loop body reads (``RenderOutput.message_loop``'s arguments)."""
-
-    lookahead: int  # how far past the current message it reads the lists
-    leading: int  # it also reads their first ``leading`` items
-    lists: tuple  # the lists it reads by position, besides the items
-    state: tuple  # everything else it reads from outside the loop
-    scans: tuple  # (list, test): it looks for a later message of the list that passes test
-
-
-def message_loop(out: "RenderOutput", items: Any, reads: LoopReads) -> Iterator:
-    """``enumerate(items)``, resumed from ``out.resume_from`` where that is exact, recording a
-    checkpoint when ``out.record`` asks for one (see the module docstring)."""
-    lists, state = (items, *reads.lists), reads.state
+def message_loop(
+    out: "RenderOutput", items: Any, lookahead: int, leading: int, lists: tuple, state: tuple, scans: tuple
+) -> Iterator:
+    """``enumerate(items)``, resumed from the render's checkpoint where that is exact, recording one
+    when the render asks for it (see the module docstring and ``RenderOutput.message_loop``)."""
+    run = out.loop_run
+    lists = (items, *lists)
     start = 0
-    checkpoint = out.resume_from
+    checkpoint = run.resume_from
     if checkpoint is not None:
-        refusal = resume_refusal(checkpoint, "".join(out.parts), lists, reads)
+        refusal = resume_refusal(checkpoint, "".join(out.parts), lists, state, scans)
         if refusal is None:
             restore(checkpoint.state, state)
-            out.skip_to(checkpoint.origin, checkpoint.start)
-            start = checkpoint.start
+            out.skip_to(checkpoint.origin)
+            start = run.resumed_at = checkpoint.start
         else:
-            out.resume_refused = refusal
-    if not out.record or not all(hasattr(value, "__len__") for value in lists):
-        return enumerate(islice(items, start, None), start) if start else enumerate(items)
-    shortest = min(map(len, lists))
-    stop = shortest - reads.lookahead  # the first iteration that may read past the shortest list
-    if stop < start or shortest < reads.leading:
+            run.refused = refusal
+    try:
+        shortest = min(map(len, lists))
+    except TypeError:  # a list without a length (a generator): no checkpoint
+        shortest = -1
+    stop = shortest - lookahead  # the first iteration that may read past the shortest list
+    if not run.record or stop < start or shortest < leading:
         return enumerate(islice(items, start, None), start) if start else enumerate(items)
     try:
-        if start:  # resumed: the entry was checked equal to the checkpoint's
-            entry_text, entry_state = checkpoint.entry_text, checkpoint.entry_state
-        else:
-            entry_text, entry_state = "".join(out.parts), snapshot(state)
+        entry_state = checkpoint.entry_state if start else snapshot(state)
     except Unrecordable:
         return enumerate(items)
-    before = enumerate(islice(items, start, stop), start)
-    return chain(before, _recording_from(out, items, stop, (entry_text, entry_state, lists), state))
+    entry = checkpoint.entry_text if start else len(out.parts)  # (the parts are joined when it is finished)
+    recording = _recording_from(out, items, stop, (entry, entry_state, lists), state)
+    return chain(enumerate(islice(items, start, stop), start), recording)
 
 
 def _recording_from(out: "RenderOutput", items: Any, stop: int, entry: tuple, state: tuple) -> Iterator:
     """Record the checkpoint when the loop reaches iteration ``stop``, then go on."""
     try:
-        out.pending_checkpoint = PendingCheckpoint(*entry, stop, snapshot(state), len(out.parts))
+        out.loop_run.pending = PendingCheckpoint(*entry, stop, snapshot(state), len(out.parts))
     except Unrecordable:
         pass
     yield from enumerate(islice(items, stop, None), stop)
 
 
-def resume_refusal(checkpoint: LoopCheckpoint, entry_text: str, lists: tuple, reads: LoopReads) -> str | None:
+def resume_refusal(checkpoint: LoopCheckpoint, entry_text: str, lists: tuple, state: tuple, scans: tuple) -> str | None:
     """Why this render cannot resume from ``checkpoint`` (None: it can)."""
     if entry_text != checkpoint.entry_text:
         return "the text before the message loop differs"
     if len(lists) != len(checkpoint.lists) or not all(map(extends, lists, checkpoint.lists)):
         return "the messages do not extend the checkpoint's"
-    if not same_state(checkpoint.entry_state, reads.state):
+    if not same_state(checkpoint.entry_state, state):
         return "the loop's state at its start differs"
-    for scanned, test in reads.scans:
+    for scanned, test in scans:
         recorded = next((old for new, old in zip(lists, checkpoint.lists) if new is scanned), None)
         if recorded is None or any(_passes(test, item) for item in scanned[len(recorded) :]):
             return "an appended message is one the loop looks ahead for"

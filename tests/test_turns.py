@@ -7,6 +7,8 @@ template renders it, cut right after its close token (what the model samples).
 
 from __future__ import annotations
 
+import inspect
+
 import json
 import random
 
@@ -302,6 +304,7 @@ def test_ten_turn_agentic_rollout_driven_only_through_the_bridge(family):
     messages = [{"role": "user", "content": "Research ten items, one at a time."}]
     ids = renderer.render_ids(messages, tools=tools, add_generation_prompt=True)
     sampled_history = list(ids)
+    resumed = count_resumed_runs(renderer)
     for turn in range(10):
         shapes = [(shape, sampled_turn(renderer, messages, shape, tools)) for shape in tool_loop_turns(turn)]
         assistant, pair = next((shape, pair) for shape, pair in shapes if pair is not None)
@@ -320,6 +323,24 @@ def test_ten_turn_agentic_rollout_driven_only_through_the_bridge(family):
         ids = bridged.token_ids
         sampled_history = list(ids)
     assert ids == sampled_history
+    if "out.message_loop(" in inspect.getsource(renderer.render_template):
+        # from the second turn on, every bridge renders only the end (the first prompt has no checkpoint)
+        assert resumed == [False] + [True] * 9, resumed
+
+
+def count_resumed_runs(renderer) -> list[bool]:
+    """Whether each template run of the renderer's bridges resumed from a checkpoint (appended to the list returned)."""
+    runs: list[bool] = []
+    run = renderer._run_template
+
+    def counted(*arguments, **keywords):
+        output = run(*arguments, **keywords)
+        if "resume_from" in keywords:  # the bridge's run of the extended conversation
+            runs.append(output.resumed_at is not None)
+        return output
+
+    renderer._run_template = counted
+    return runs
 
 
 def test_deepseek_v3_tool_calls_parse_from_special_token_blocks():
