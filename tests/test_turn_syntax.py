@@ -80,6 +80,27 @@ def sampled(renderer, history, assistant):
     return prompt, renderer.encoder.encode(text[:stop_at])
 
 
+def tool_calling_turn(content: str, *calls: tuple[str, dict]) -> dict:
+    """An assistant message with ``content`` and one tool call per (name, arguments)."""
+    tool_calls = [{"type": "function", "function": {"name": name, "arguments": arguments}} for name, arguments in calls]
+    return {"role": "assistant", "content": content, "tool_calls": tool_calls}
+
+
+def calls_read_back(renderer, turn):
+    """The tool-calling ``turn`` sampled after one user message and parsed back:
+    (prompt, completion, parsed, [(name, arguments, status) per call])."""
+    prompt, completion = sampled(renderer, [USER], turn)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    return prompt, completion, parsed, [(call.name, call.arguments, call.status) for call in parsed.tool_calls]
+
+
+def bridges_a_tool_result(renderer, turn, prompt, completion) -> bool:
+    """Whether the bridge after ``turn`` with a tool result gives the full render's ids."""
+    result = {"role": "tool", "content": "done"}
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
+    return bridged is not None and bridged.token_ids == renderer.render_ids([USER, turn, result], add_generation_prompt=True)
+
+
 @pytest.mark.parametrize(
     ("template", "close", "after_close", "stops"),
     [
@@ -455,25 +476,11 @@ def test_python_calls_one_per_line_are_learned_and_parsed(tmp_path, name):
     )
     renderer = structural_renderer(renderer_class, compiled)
     arguments = {"path": "C:\\new", "code": "print('hi')\n", "n": 2, "opts": {"a": [1, None]}}
-    turn = {
-        "role": "assistant",
-        "content": "Checking.",
-        "tool_calls": [
-            {"type": "function", "function": {"name": "run", "arguments": arguments}},
-            {"type": "function", "function": {"name": "noop", "arguments": {}}},
-            {"type": "function", "function": {"name": "run", "arguments": {"n": 3}}},
-        ],
-    }
-    prompt, completion = sampled(renderer, [USER], turn)
-    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    turn = tool_calling_turn("Checking.", ("run", arguments), ("noop", {}), ("run", {"n": 3}))
+    prompt, completion, parsed, calls = calls_read_back(renderer, turn)
     assert parsed.content == "Checking."
-    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
-        ("run", arguments, "ok"), ("noop", {}, "ok"), ("run", {"n": 3}, "ok")
-    ]
-    result = {"role": "tool", "content": "done"}
-    full = renderer.render_ids([USER, turn, result], add_generation_prompt=True)
-    bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
-    assert bridged is not None and bridged.token_ids == full
+    assert calls == [("run", arguments, "ok"), ("noop", {}, "ok"), ("run", {"n": 3}, "ok")]
+    assert bridges_a_tool_result(renderer, turn, prompt, completion)
 
 
 def test_a_call_syntax_that_misreads_the_probe_renders_is_not_learned(tmp_path):
@@ -505,22 +512,10 @@ def test_json_arguments_written_before_the_name_are_learned_and_parsed(tmp_path)
     )
     renderer = structural_renderer(renderer_class, compiled)
     arguments = {"path": "C:\\new", "code": "print('hi')", "n": 2, "opts": {"a": [1, None]}}
-    turn = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {"type": "function", "function": {"name": "run", "arguments": arguments}},
-            {"type": "function", "function": {"name": "noop", "arguments": {}}},
-        ],
-    }
-    prompt, completion = sampled(renderer, [USER], turn)
-    parsed = renderer.parse_response(completion, prompt_ids=prompt)
-    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [
-        ("run", arguments, "ok"), ("noop", {}, "ok")
-    ]
-    result = {"role": "tool", "content": "done"}
-    bridged = renderer.bridge_to_next_turn(prompt, completion, [result])
-    assert bridged is not None and bridged.token_ids == renderer.render_ids([USER, turn, result], add_generation_prompt=True)
+    turn = tool_calling_turn("", ("run", arguments), ("noop", {}))
+    prompt, completion, _, calls = calls_read_back(renderer, turn)
+    assert calls == [("run", arguments, "ok"), ("noop", {}, "ok")]
+    assert bridges_a_tool_result(renderer, turn, prompt, completion)
     # arguments that are no JSON, a name the text leaves open, a list for arguments
     statuses = {
         '<tool_call>\n{ "arguments": {"n": 2,}, "name": "run"}\n</tool_call> ': "invalid_json",
