@@ -21,8 +21,14 @@ History-dependent template state (a flag set by the first tool result of the con
 the parity of a message's index, a system prompt) comes from the real history, never from
 stand-ins: ``messages=`` (the conversation ``p`` was rendered from, without the sampled turn),
 or else the renderer's memory of prompts it produced itself (``render_ids`` with the
-generation prompt, and earlier bridge results), keyed by the prompt's exact ids (and the same
-tools). A prompt the renderer cannot trace back to its messages gets ``None``.
+generation prompt, and earlier bridge results), keyed by the prompt's exact ids. A history the
+renderer does not vouch for (``messages=`` other than the remembered ones, a prompt it never
+produced, the remembered messages with other ``tools``) is rendered and must prove to be the
+prompt's: the remembered text for those ids, or text that encodes (under "template": or whose ids
+decode) to exactly the prompt; else ``messages=`` is a ValueError and a recalled history None.
+Under "verbatim" a prompt may hold turns kept as sampled, which the template renders otherwise,
+so only its end is compared with ``messages``. A prompt the renderer cannot trace back to its messages gets
+``None``.
 
 ``None`` also when: no previous prompt or no new message; an assistant message among the new
 ones; the completion does not parse into a turn the template can render (a malformed tool
@@ -36,8 +42,9 @@ translated template runs once, resumed near the end of the history where its mes
 resumable (:mod:`rllm_renderers.resume`: the text before the loop, and the loop's state, are
 checked equal to the previous prompt's render; then the loop runs from the last history message
 the new ones can change); otherwise, and for ``control_token_safe`` renderers, over the whole
-conversation (twice when the prompt is not remembered: its text is needed too). No tokenizer work
-on the history: only the completion is decoded and only ``S`` is encoded; the attribution of the
+conversation (twice when the prompt is not remembered: its text is needed too, and is encoded
+once to prove it the prompt's). No tokenizer work on a remembered history: only the completion is
+decoded and only ``S`` is encoded; the attribution of the
 result is computed when first read. What grows with the conversation is C-level list work: the
 caller's prompt compared with the renderer's copy, and the result's fresh list. A remembered
 prompt's copy is shared with the prompts bridged from it (grown in place), so it is not copied again.
@@ -191,25 +198,60 @@ def recalled_prompt(renderer: "GeneratedRenderer", previous_prompt_ids: Any) -> 
 
 
 def history_of(
-    renderer: "GeneratedRenderer", remembered: History | None, messages, tools, template_tools: Any
-) -> History | None:
-    """The conversation the prompt was rendered from: ``messages`` when given, else ``remembered``
-    (the renderer's memory of that prompt); ``template_tools``: ``tools`` as the template sees them.
+    renderer: "GeneratedRenderer", remembered: History | None, messages, template_tools: Any
+) -> tuple[History | None, bool]:
+    """The conversation the prompt was rendered from, and whether it is known to be that prompt's:
+    ``messages`` when given, else ``remembered`` (the renderer's memory of that prompt);
+    ``template_tools``: the caller's tools as the template sees them.
 
-    With ``messages``, a remembered prompt of the same conversation still lends its text and its
-    checkpoint (the template run they save is only needed to know them).
+    A remembered prompt of the same conversation and tools lends its text and its checkpoint (the
+    template run they save is only needed to know them): known. Any other history (the caller's
+    ``messages``, or the remembered messages with other tools) is rendered by the bridge and must
+    prove to be the prompt's (:func:`renders_previous_prompt`).
     """
-    if remembered is not None and remembered.tools is not template_tools and remembered.tools != template_tools:
-        remembered = None  # rendered with other tools: not this conversation
     if messages is None:
-        return remembered
+        if remembered is None:
+            return None, False
+        if remembered.tools is template_tools or remembered.tools == template_tools:
+            return remembered, True
+        return History(remembered.messages, template_tools), False  # other tools: do they render alike?
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be the non-empty list of messages the previous prompt was rendered from")
     template_messages = list(renderer.template_messages(list(messages)))
     # only the same conversation lends its text: two texts can encode to the same ids (NFC)
-    if remembered is not None and remembered.messages == template_messages:
-        return History(template_messages, template_tools, remembered.prompt_text, remembered.checkpoint)
-    return History(template_messages, template_tools)
+    if remembered is not None and remembered.tools == template_tools and remembered.messages == template_messages:
+        return History(template_messages, template_tools, remembered.prompt_text, remembered.checkpoint), True
+    return History(template_messages, template_tools), False
+
+
+def renders_previous_prompt(
+    renderer: "GeneratedRenderer",
+    prompt: list[int],
+    history: History,
+    render: "ExtendedRender",
+    remembered: History | None,
+    messages_given: bool,
+) -> bool:
+    """Whether the history the bridge rendered (``render.prompt_text``) is the previous prompt's:
+    its text is the text the renderer remembers for those ids, or it encodes to them (as
+    ``render_ids`` would), or, for a prompt the renderer does not know, they decode to it (sampled
+    tokens other than the tokenizer's own split of their text).
+
+    Under "verbatim" a prompt may hold sampled turns kept as sampled, which the template renders
+    otherwise, and the caller's messages for them need not be what the parser read: a history given
+    as ``messages=`` is compared on the prompt's end only (:func:`ends_like`). One encode of the
+    history's text: the price of a history the renderer cannot vouch for.
+    """
+    if messages_given and renderer.thinking_retention == "verbatim":
+        return True
+    text = str(render.prompt_text)
+    if remembered is not None and str(remembered.prompt_text) == text:
+        return True
+    output = render.history_output
+    plain = renderer._plain_ranges(output, text, history.messages) if renderer.plain_content_roles else None
+    if renderer.encoder.encode(text, plain_ranges=plain) == prompt:
+        return True
+    return remembered is None and renderer.decode(prompt) == text
 
 
 # --- the bridge ---------------------------------------------------------------------------
@@ -236,7 +278,8 @@ def bridge_turn(
     if unlearned_reason(renderer) is not None:
         return None
     template_tools = renderer.template_tools(tools)
-    history = history_of(renderer, recalled.history if recalled else None, messages, tools, template_tools)
+    remembered = recalled.history if recalled else None
+    history, known = history_of(renderer, remembered, messages, template_tools)
     if history is None:
         return None
     kept = closed_completion(renderer, completion)
@@ -256,6 +299,14 @@ def bridge_turn(
         return None
     if not ends_like(renderer, prompt, render.prompt_text):
         return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
+    if not known and not renders_previous_prompt(renderer, prompt, history, render, remembered, messages is not None):
+        if messages is None:
+            return None  # the prompt's own conversation renders otherwise with these tools
+        raise ValueError(
+            "previous_prompt_ids are not the template's rendering of `messages` with these `tools` (they "
+            "differ before the prompt's end); pass the conversation and tools the previous prompt was "
+            "rendered from (without the sampled turn)"
+        )
     suffix_start = sampled_turn_end(
         renderer,
         render,
@@ -284,6 +335,7 @@ class ExtendedRender(NamedTuple):
     output: "RenderOutput"
     text: str  # output.text()
     checkpoint: Any  # the history's, which ``output`` (and any other run of a longer conversation) may resume from
+    history_output: "RenderOutput | None" = None  # the history's render, when it was rendered here (not remembered)
 
     @property
     def origin(self) -> int:
@@ -306,8 +358,8 @@ def render_extended(renderer: "GeneratedRenderer", history: History, extended: H
     (``GeneratedRenderer._plain_ranges``), so such a renderer renders it whole.
     """
     try:
-        prompt_text, checkpoint = history.prompt_text, history.checkpoint
-        if prompt_text is None:  # a conversation given as `messages=`: its text is needed too
+        prompt_text, checkpoint, earlier = history.prompt_text, history.checkpoint, None
+        if prompt_text is None:  # a conversation the renderer did not remember: its text is needed too
             earlier = renderer._run_template(jinja.TemplateList(history.messages), history.tools, True, record=True)
             prompt_text, checkpoint = earlier.text(), earlier.checkpoint
         if renderer.plain_content_roles:
@@ -317,7 +369,7 @@ def render_extended(renderer: "GeneratedRenderer", history: History, extended: H
         )
     except ValueError:  # the template's own refusal (TemplateError and its TypeError flavour)
         return None
-    return ExtendedRender(prompt_text, output, output.text(), checkpoint)
+    return ExtendedRender(prompt_text, output, output.text(), checkpoint, earlier)
 
 
 def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: "str | PromptText") -> bool:

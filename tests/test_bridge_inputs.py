@@ -136,6 +136,61 @@ def test_messages_that_do_not_match_the_prompt_are_an_error(llama):
         renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
 
 
+SYSTEM = {"role": "system", "content": "You are terse."}
+
+
+@pytest.mark.parametrize("module", ["qwen2_5", "llama_3_1"])
+def test_messages_or_tools_that_differ_before_the_prompts_end_are_an_error(module):
+    """Only the prompt's last tokens are compared with its end as ``messages`` renders it; a history
+    (or tools) that differs earlier, a system prompt or a tool list, would have been taken as the
+    prompt's and the new tokens rendered after the wrong state. Caught for a renderer that knows the
+    prompt and for one that never saw it."""
+    renderer = renderer_of(module)
+    history = [SYSTEM, USER]
+    prompt, completion = turn_completion(renderer, history, REPLY, TOOLS)
+    other_system = [{"role": "system", "content": "You are verbose."}, USER]
+    more_tools = TOOLS + [{"type": "function", "function": {"name": "send", "description": "Send it.", "parameters": {}}}]
+    mismatch = "previous_prompt_ids (are not the template's rendering of|do not end as the template renders) `messages`"
+    for bridging in (renderer, renderer_of(module)):
+        with pytest.raises(ValueError, match=mismatch):
+            bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS, messages=other_system)
+        with pytest.raises(ValueError, match=mismatch):
+            bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=more_tools, messages=history)
+        expected = renderer.render_ids(history + [REPLY, FOLLOW_UP], tools=TOOLS, add_generation_prompt=True)
+        assert bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS, messages=history).token_ids == expected
+
+
+def test_other_tools_bridge_a_remembered_prompt_only_where_they_render_alike():
+    """Recalled with tools other than the prompt's: the remembered conversation is rendered with them,
+    and goes on only when that is the prompt's own text (DeepSeek-V3's template never writes tools
+    outside a tool-call turn; Llama-3.1 writes them into the first user message)."""
+    more_tools = TOOLS + [{"type": "function", "function": {"name": "send", "description": "Send it.", "parameters": {}}}]
+    for module, alike in (("deepseek_v3", True), ("llama_3_1", False)):
+        renderer = renderer_of(module)
+        prompt, completion = turn_completion(renderer, [USER], REPLY, TOOLS)
+        bridged = renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=more_tools)
+        expected = renderer.render_ids([USER, REPLY, FOLLOW_UP], tools=more_tools, add_generation_prompt=True)
+        assert (bridged is not None and bridged.token_ids == expected) if alike else bridged is None, module
+
+
+def test_a_prompt_holding_sampled_tokens_of_another_split_goes_on_from_messages():
+    """Under "template" a prompt with a sampled turn the tokenizer would split otherwise ("hel" + "lo")
+    is still the rendering of its conversation: its ids decode to that text."""
+    renderer = renderer_of("qwen2_5")
+    reply = {"role": "assistant", "content": "hello world"}
+    prompt, completion = turn_completion(renderer, [USER], reply)
+    first = renderer.decode(completion[:1])
+    resplit = renderer.encoder.encode(first[:3]) + renderer.encoder.encode(first[3:]) + completion[1:]
+    assert resplit != completion and renderer.decode(resplit) == renderer.decode(completion)
+    bridged = renderer.bridge_to_next_turn(prompt, resplit, [FOLLOW_UP], messages=[USER])
+    assert bridged.token_ids[: len(prompt) + len(resplit)] == prompt + resplit
+    history = [USER, reply, FOLLOW_UP]
+    following = renderer_of("qwen2_5")  # never saw that prompt: given its conversation, it goes on
+    again = following.bridge_to_next_turn(bridged.token_ids, completion, [FOLLOW_UP], messages=history)
+    assert again is not None
+    assert renderer.decode(again.token_ids) == renderer.render_text(history + [reply, FOLLOW_UP], add_generation_prompt=True)
+
+
 def test_history_comes_from_the_renderer_or_the_caller_never_a_guess(llama):
     renderer, prompt, completion, expected = llama
     other = renderer_of("llama_3_1")  # never rendered this prompt: it cannot know the history
