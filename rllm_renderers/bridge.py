@@ -27,8 +27,8 @@ produced, the remembered messages with other ``tools``) is rendered and must pro
 prompt's: the remembered text for those ids, or text that encodes (under "template": or whose ids
 decode) to exactly the prompt; else ``messages=`` is a ValueError and a recalled history None.
 Under "verbatim" a prompt may hold turns kept as sampled, which the template renders otherwise,
-so only its end is compared with ``messages``. A prompt the renderer cannot trace back to its messages gets
-``None``.
+so only its end is compared with ``messages``. A prompt the renderer cannot trace back to its
+messages gets ``None``.
 
 ``None`` also when: no previous prompt or no new message; an assistant message among the new
 ones; the completion does not parse into a turn the template can render (a malformed tool
@@ -44,8 +44,7 @@ checked equal to the previous prompt's render; then the loop runs from the last 
 the new ones can change); otherwise, and for ``control_token_safe`` renderers, over the whole
 conversation (twice when the prompt is not remembered: its text is needed too, and is encoded
 once to prove it the prompt's). No tokenizer work on a remembered history: only the completion is
-decoded and only ``S`` is encoded; the attribution of the
-result is computed when first read. What grows with the conversation is C-level list work: the
+decoded and only ``S`` is encoded; the attribution of the result is computed when first read. What grows with the conversation is C-level list work: the
 caller's prompt compared with the renderer's copy, and the result's fresh list. A remembered
 prompt's copy is shared with the prompts bridged from it (grown in place), so it is not copied again.
 """
