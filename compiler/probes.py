@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ FIRST_ID, SECOND_ID = "inq7xaaaa", "inq7xbbbb"
 # escapes them; one that writes them between quotes as they are cannot be read back.
 QUOTES_AND_BACKSLASH = "q\"t'b\\s"
 ID_SLOT = "\x00"
+#: An XML-like tag, ``<think>``: a reasoning block's open marker is one, and its close the same with a slash.
+TAG = re.compile(r"<[A-Za-z_][\w.:-]*>")
 USER = {"role": "user", "content": "uq7"}
 # calls a learned tool-call syntax must read back from the template's renders of them
 READ_BACK_CALLS = (
@@ -306,11 +309,18 @@ class Prober:
         with_reasoning = self.completion({"role": "assistant", "content": CONTENT, "reasoning_content": REASONING})
         if with_reasoning is None or REASONING not in with_reasoning:
             learned = self.reasoning_from_tool_turn()
+            if learned is not None:
+                self.notes.append(
+                    "reasoning markers learned from a tool-calling turn (the template drops a final answer's reasoning)"
+                )
+                return learned
+            learned = self.reasoning_cut_from_content()
             if learned is None:
                 self.notes.append("the template does not render reasoning_content of the last assistant turn")
             else:
                 self.notes.append(
-                    "reasoning markers learned from a tool-calling turn (the template drops a final answer's reasoning)"
+                    "reasoning markers learned from the template, which cuts an assistant turn's content in "
+                    "history up to the close tag"
                 )
             return learned
         prompt = self.generation_prompt_context() or ""
@@ -394,6 +404,51 @@ class Prober:
             after_close=after_close,
             content_start=content_start,
         )
+
+    def reasoning_cut_from_content(self) -> ReasoningFormat | None:
+        """Reasoning the template never writes but cuts out of an assistant turn's content in history
+        (QwQ: ``content.split('</think>')[-1].lstrip('\\n')``; DeepSeek-R1 also in the last turn).
+
+        The close is a tag ``</X>`` the template is seen to cut at: the counterpart of a tag ``<X>``
+        the generation prompt ends with (the model goes on inside the block), or an added token.
+        The open marker is ``<X>``: where the prompt does not end with it the model writes it
+        itself, and a turn that does not start with it is all content, as the template reads it
+        when there is no close. ``after_close`` is the whitespace the template drops after the
+        close; ``before_close`` stays empty, as nothing the template writes shows how the block ends.
+        """
+        try:
+            prefill = self.renderer.generation_prompt()
+        except ValueError:
+            prefill = ""
+        tag, after_prefill = split_trailing_space(prefill)
+        prefilled = last_marker(tag, self.added_tokens)
+        closes = ["</" + prefilled[1:]] if tag.endswith(prefilled) and TAG.fullmatch(prefilled) else []
+        closes += sorted(token for token in self.added_tokens if token.startswith("</") and TAG.fullmatch("<" + token[2:]))
+        prompt, plain_turn = self.generation_prompt_context(), self.render([USER, {"role": "assistant", "content": CONTENT}])
+        if prompt and plain_turn and plain_turn.startswith(prompt):
+            # the template writes the prefilled tag before a plain answer: it reads what follows as content
+            closes = [close for close in closes if "<" + close[2:] != prefilled]
+
+        def history_render(content: str) -> str | None:
+            return self.render([USER, {"role": "assistant", "content": content}, USER])
+
+        plain = history_render(CONTENT)
+        if plain is None or CONTENT not in plain:
+            return None
+        for close_marker in dict.fromkeys(closes):
+            cut = history_render(REASONING + close_marker + "\n\n" + CONTENT)
+            if cut == plain:
+                after_close = "\n\n"  # dropped with the block
+            elif cut == plain.replace(CONTENT, "\n\n" + CONTENT, 1):
+                after_close = ""  # kept as the content's start
+            else:
+                continue
+            open_marker = "<" + close_marker[2:]
+            after_open = after_prefill if open_marker == prefilled else ""
+            return ReasoningFormat(
+                open=open_marker, close=close_marker, after_open=after_open, after_close=after_close, in_content=True
+            )
+        return None
 
     # --- tool calls -----------------------------------------------------------------
 

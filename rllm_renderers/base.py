@@ -597,8 +597,14 @@ class GeneratedRenderer(ABC):
 
         return self._result(to_parsed_response(turn.parsed, token_span))
 
-    def _parse_turn(self, ids: list[int], tools: list[ToolSpec] | None, prompt: list[int] | None = None) -> "_ParsedTurn":
-        """:meth:`parse_response` up to the token spans of its tool calls (which the bridge does not need)."""
+    def _parse_turn(
+        self, ids: list[int], tools: list[ToolSpec] | None, prompt: list[int] | None = None, *, for_template: bool = False
+    ) -> "_ParsedTurn":
+        """:meth:`parse_response` up to the token spans of its tool calls (which the bridge does not need).
+
+        ``for_template``: the turn as the template reads it back, where that differs from the parse
+        (reasoning the template finds inside the content stays in the content).
+        """
         facts = self._parse_facts()
         detokenizer = facts.detokenizer
         # the first stop token (the scans run in C)
@@ -623,13 +629,16 @@ class GeneratedRenderer(ABC):
         lead = self.TURN.content_lead
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
+        reasoning = self.REASONING
+        if for_template and reasoning is not None and reasoning.in_content:
+            reasoning = None
         prefilled = False
-        if self.REASONING is not None and self.REASONING.open:
+        if reasoning is not None and reasoning.open:
             decode = detokenizer.decode if detokenizer is not None else self.decode
             prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
         parsed = parse_text(
             text,
-            reasoning=self.REASONING,
+            reasoning=reasoning,
             tool_calls=self.TOOL_CALLS,
             reasoning_prefilled=prefilled,
             tools=tools,

@@ -139,7 +139,8 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     text gets ``content=""``: transformers drops ``content=None`` before rendering, and several
     templates refuse an assistant message without content.
     """
-    parsed = renderer._parse_turn(completion_ids, tools).parsed  # (as parse_response, without token spans)
+    # (as parse_response, without token spans; reasoning the template finds in the content stays there)
+    parsed = renderer._parse_turn(completion_ids, tools, for_template=True).parsed
     if parsed is None or any(call.status not in RENDERABLE_CALLS for call in parsed.calls):
         return None
     message: Message = {"role": "assistant", "content": parsed.content or ""}
@@ -463,6 +464,9 @@ def renders_its_content(renderer: "GeneratedRenderer", history: History, extende
     """
     turn = extended.messages[len(history.messages)]
     content = turn.get("content") if isinstance(turn, dict) or hasattr(turn, "get") else None
+    reasoning = renderer.REASONING
+    if isinstance(content, str) and reasoning is not None and reasoning.in_content:
+        content = content.split(reasoning.close)[-1].strip()  # the template cuts the block out itself
     if not isinstance(content, str) or not content:
         return True
     try:

@@ -73,6 +73,10 @@ class ReasoningFormat:
     ``after_open`` / ``before_close`` / ``after_close`` are the literal whitespace the
     template puts around the reasoning text; ``content_start`` is a marker the
     template writes before the content (gpt-oss's final channel header).
+
+    ``in_content``: the template has no reasoning field; it finds the block inside the
+    content and cuts it out (QwQ, DeepSeek-R1: ``content.split('</think>')[-1]``). The parser
+    still reads it as reasoning, but a message for the template carries the turn's text whole.
     """
 
     open: str
@@ -81,6 +85,7 @@ class ReasoningFormat:
     before_close: str = ""
     after_close: str = ""
     content_start: str = ""
+    in_content: bool = False
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,9 @@ def parse_text(
             # a turn that opens with the bare close has empty reasoning (MiniMax-M3's `</mm:think>answer`)
             reasoning_text = ""
             position = _skip(text, len(reasoning.close), reasoning.after_close)
+        elif not in_reasoning and reasoning.in_content and reasoning.close in text:
+            # the template reads all before the close as the block, also where the model skipped the open
+            in_reasoning = True
         if in_reasoning:
             close_at = text.find(reasoning.close, position)
             if close_at < 0:

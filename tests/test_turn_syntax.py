@@ -601,3 +601,58 @@ def test_an_assistant_message_transcribed_into_a_user_turn_is_not_learned_as_a_t
     renderer_class, _ = compile_inline(tmp_path, "transcribes", TRANSCRIBES_CONVERSATION)
     assert renderer_class.TURN is None
     assert "unlike the turn its generation prompt opens" in renderer_class.UNLEARNED["turn"]
+
+
+# QwQ style: the template has no reasoning field; the generation prompt opens `<think>` and the
+# template cuts a history turn's content up to `</think>` (the last turn is written as given).
+REASONING_CUT_FROM_CONTENT = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|u|>{{ m.content }}<|end|>\n"
+    "{% elif m.role == 'assistant' %}{% set content = m.content %}"
+    "{% if not loop.last %}{% set content = m.content.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
+    "<|a|>{{ content }}<|end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|a|><think>\n{% endif %}"
+)
+# Nemotron-Nano style: the same cut, but the template writes the prefilled `<think>\n` before every
+# answer, so it reads what follows the tag as content, not as reasoning.
+PREFILLED_TAG_BEFORE_EVERY_ANSWER = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|u|>{{ m.content }}<|end|>\n"
+    "{% elif m.role == 'assistant' %}<|a|><think>\n{{ m.content.split('</think>')[-1] }}<|end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|a|><think>\n{% endif %}"
+)
+
+
+def test_reasoning_the_template_cuts_out_of_the_content_is_parsed_and_kept_by_the_bridge(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "cut", REASONING_CUT_FROM_CONTENT)
+    reasoning = renderer_class.REASONING
+    assert reasoning is not None, renderer_class.__doc__
+    assert (reasoning.open, reasoning.close, reasoning.after_open, reasoning.after_close, reasoning.in_content) == (
+        "<think>", "</think>", "\n", "\n\n", True
+    )
+    verbatim = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, thinking_retention="verbatim")
+    prompt = verbatim.render_ids([USER], add_generation_prompt=True)
+    completion = verbatim.encoder.encode("Add them.\n</think>\n\nFour.<|end|>")
+    parsed = verbatim.parse_response(completion, prompt_ids=prompt)
+    assert (parsed.reasoning_content, parsed.content, parsed.reasoning_complete) == ("Add them.\n", "Four.", True)
+    unfinished = verbatim.parse_response(verbatim.encoder.encode("Still adding"), prompt_ids=prompt)
+    assert (unfinished.reasoning_content, unfinished.content, unfinished.reasoning_complete) == ("Still adding", "", False)
+    unopened = verbatim.render_ids([USER])  # a prompt that does not open the block: the model may skip `<think>`
+    parsed = verbatim.parse_response(completion, prompt_ids=unopened)
+    assert (parsed.reasoning_content, parsed.content) == ("Add them.\n", "Four.")
+    plain = verbatim.parse_response(verbatim.encoder.encode("Four.<|end|>"), prompt_ids=unopened)
+    assert (plain.reasoning_content, plain.content, plain.reasoning_complete) == (None, "Four.", True)
+
+    # the template rewrites the sampled turn in history: "verbatim" keeps it and renders what follows
+    full = verbatim.render_text([USER, {"role": "assistant", "content": "Four."}, NEXT_USER], add_generation_prompt=True)
+    after_turn = full[full.index("Four.<|end|>") + len("Four.<|end|>") :]
+    bridged = verbatim.bridge_to_next_turn(prompt, completion, [NEXT_USER])
+    assert bridged is not None and bridged.token_ids == prompt + completion + verbatim.encoder.encode(after_turn)
+    truncated = verbatim.encoder.encode("Still adding")  # the close is restored, the text kept as sampled
+    bridged = verbatim.bridge_to_next_turn(prompt, truncated, [NEXT_USER])
+    assert bridged is not None and bridged.token_ids == prompt + verbatim.encoder.encode("Still adding<|end|>" + after_turn)
+    template = structural_renderer(renderer_class, compiled)
+    assert template.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None  # the template rewrites history
+
+
+def test_a_prefilled_tag_the_template_writes_before_every_answer_is_no_reasoning_block(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "tag_before_answers", PREFILLED_TAG_BEFORE_EVERY_ANSWER)
+    assert renderer_class.REASONING is None, renderer_class.__doc__
