@@ -3,10 +3,12 @@
 Every checked-in family, both retention policies. Each generated conversation is played as an
 episode: the first prompt is ``render_ids(history, add_generation_prompt=True)``; at every
 assistant turn followed by non-assistant messages the completion is the turn as the template
-renders it (cut after its close), and the next prompt is the bridge's result, or a full
-re-render when it returned None. Each bridge point is tried with the completion as sampled,
-truncated before its close, and run past its stop, and with the history given as
-``messages=`` and recalled by the renderer from its own earlier result (both must agree).
+renders it (cut after its close; for a template that cuts reasoning out of the content, QwQ and
+DeepSeek-R1, a reasoning block and then that turn: ``tests.turn_sampling.reasoned_turn``), and the
+next prompt is the bridge's result, or a full re-render when it returned None. Each bridge
+point is tried with the completion as sampled, truncated before its close, and run past its
+stop, and with the history given as ``messages=`` and recalled by the renderer from its own
+earlier result (both must agree).
 
 Counted against the oracle (``full`` = apply_chat_template of history + turn + new, with the
 generation prompt):
@@ -39,7 +41,7 @@ from compiler.stability import without_local_constants
 from compiler.verify import features_for
 from rllm_renderers.bridge import close_end, first_stop_end
 from tests.families import ALL_FAMILIES, assert_turns_checked, with_gaps
-from tests.turn_sampling import sampled_turn
+from tests.turn_sampling import reasoned_turn, sampled_turn
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
 
@@ -124,7 +126,9 @@ class BridgeAudit:
                     prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
                 except ValueError:
                     return
-            sampled = sampled_turn(renderer, history, message, tools, new) if new else None
+            sampled = None
+            if new:
+                sampled = sampled_turn(renderer, history, message, tools, new) or reasoned_turn(renderer, history, message, tools)
             completion = sampled[1] if sampled else None
             if completion is None:
                 return  # the episode cannot go on as the model would have played it
@@ -280,7 +284,7 @@ def test_bridge_misses_nothing_and_is_never_wrong(family, retention):
     audit = BridgeAudit(family, retention)
     counts = audit.run()
     summary = f"{family.module}/{retention}: {dict(counts)}; first problems: {audit.examples}"
-    assert_turns_checked(family, counts["points"])
+    assert_turns_checked(family, counts["points"], none_expected={})  # (reasoned_turn samples QwQ's and R1's turns)
     assert counts["miss"] == 0, summary
     assert counts["wrong"] == 0, summary
     assert counts["disagree"] == 0, summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 
 def sampled_turn(renderer, history, assistant, tools, new=None):
@@ -42,3 +43,34 @@ def writes_a_stop(renderer, assistant) -> bool:
     """Whether the message's own text (content, reasoning, calls) holds a stop token's text."""
     text = json.dumps(assistant, ensure_ascii=False, default=str)
     return any(stop in text for stop in renderer.TURN.stop_tokens if stop)
+
+
+#: The reasoning of a turn built by :func:`reasoned_turn`.
+THOUGHT = "First I check what was asked.\n"
+
+
+def reasoned_turn(renderer, history, assistant, tools):
+    """``(prompt ids, completion ids)`` for a template that never writes reasoning but cuts it out of
+    the content (QwQ, DeepSeek-R1), whose turns :func:`sampled_turn` cannot read off the template:
+    what the model samples is a reasoning block (with its open marker unless the prompt opened it),
+    then the turn as the template writes it, cut right after its first stop token. None for other
+    templates.
+    """
+    reasoning = renderer.REASONING
+    if reasoning is None or not reasoning.in_content or writes_a_stop(renderer, assistant):
+        return None
+    try:
+        prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
+        prompt_text = renderer.render_text(history, tools=tools, add_generation_prompt=True)
+        turn_text = renderer.render_text(history + [assistant], tools=tools)
+    except ValueError:
+        return None
+    block = reasoning.open + reasoning.after_open
+    opened = prompt_text.endswith(block)
+    # the turn's text starts where the prompt's header ends (before a prefilled open marker)
+    start = min(len(os.path.commonprefix([prompt_text, turn_text])), len(prompt_text) - (len(block) if opened else 0))
+    text = ("" if opened else block) + THOUGHT + reasoning.close + reasoning.after_close + turn_text[start:]
+    ids = renderer.encoder.encode(text)
+    stops = set(renderer.get_stop_token_ids())
+    stop = next((k for k, token in enumerate(ids) if token in stops), None)
+    return None if stop is None else (prompt, ids[: stop + 1])
