@@ -28,7 +28,7 @@ from tests.families import (
     assert_turns_checked,
     with_gaps,
 )
-from tests.turn_sampling import sampled_turn
+from tests.turn_sampling import THOUGHT, reasoned_turn, sampled_turn
 
 SETTINGS = settings(
     max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
@@ -379,3 +379,40 @@ def test_gemma3_bridge_keeps_the_newline_the_template_writes_after_end_of_turn(r
     bridged = renderer.bridge_to_next_turn(prompt, completion, new)
     assert bridged is not None, "an exact extension exists: the bridge must not miss it"
     assert bridged.token_ids == renderer.render_ids(history + [answer] + new, add_generation_prompt=True)
+
+
+#: Templates that cut reasoning out of the content (ReasoningFormat.in_content): QwQ, DeepSeek-R1.
+IN_CONTENT_FAMILIES = [family for family in ALL_FAMILIES if getattr(family.renderer_class.REASONING, "in_content", False)]
+
+
+@pytest.mark.parametrize("family", IN_CONTENT_FAMILIES, ids=[family.module for family in IN_CONTENT_FAMILIES])
+def test_parse_response_reads_the_block_a_template_cuts_out_of_the_content(family):
+    """QwQ / DeepSeek-R1: the turn a model samples (a reasoning block, then the turn as the template
+    writes it) parses into that reasoning and a message that renders to the template's own tokens."""
+    renderer = family.renderer_class(family.load_tokenizer())
+    checked = []
+
+    @SETTINGS
+    @given(case=cases_for(family))
+    def check(case):
+        for history, assistant, new in splits(case):
+            pair = reasoned_turn(renderer, history, assistant, case.tools) if unambiguous(renderer, assistant) else None
+            if pair is None:
+                continue
+            prompt, completion = pair
+            parsed = renderer.parse_response(completion, tools=case.tools, prompt_ids=prompt)
+            assert (parsed.reasoning_content, parsed.reasoning_complete) == (THOUGHT, True), parsed
+            rebuilt = {"role": "assistant", "content": parsed.content}
+            if parsed.tool_calls:
+                rebuilt["tool_calls"] = [
+                    {"id": original.get("id"), "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
+                    for call, original in zip(parsed.tool_calls, assistant.get("tool_calls") or [])
+                ]
+            assert renderer.render_ids(history + [rebuilt], tools=case.tools) == renderer.render_ids(
+                history + [assistant], tools=case.tools
+            )
+            checked.append(1)
+
+    with without_local_constants():
+        check()
+    assert checked, f"{family.module}: no turn was checked"
