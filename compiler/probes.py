@@ -412,9 +412,10 @@ class Prober:
         The close is a tag ``</X>`` the template is seen to cut at: the counterpart of a tag ``<X>``
         the generation prompt ends with (the model goes on inside the block), or an added token.
         The open marker is ``<X>``: where the prompt does not end with it the model writes it
-        itself, and a turn that does not start with it is all content, as the template reads it
-        when there is no close. ``after_close`` is the whitespace the template drops after the
-        close; ``before_close`` stays empty, as nothing the template writes shows how the block ends.
+        itself (and the parser, as the template, also reads a turn that skipped it up to the close
+        as the block; a turn without a close is all content). ``after_close`` is the whitespace the
+        template drops after the close; ``before_close`` stays empty, as nothing the template writes
+        shows how the block ends.
         """
         try:
             prefill = self.renderer.generation_prompt()
