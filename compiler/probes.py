@@ -423,12 +423,16 @@ class Prober:
             prefill = ""
         tag, after_prefill = split_trailing_space(prefill)
         prefilled = last_marker(tag, self.added_tokens)
-        closes = ["</" + prefilled[1:]] if tag.endswith(prefilled) and TAG.fullmatch(prefilled) else []
+        prefilled_close = "</" + prefilled[1:]
+        closes = [prefilled_close] if tag.endswith(prefilled) and TAG.fullmatch(prefilled) else []
         closes += sorted(token for token in self.added_tokens if token.startswith("</") and TAG.fullmatch("<" + token[2:]))
-        prompt, plain_turn = self.generation_prompt_context(), self.render([USER, {"role": "assistant", "content": CONTENT}])
-        if prompt and plain_turn and plain_turn.startswith(prompt):
-            # the template writes the prefilled tag before a plain answer: it reads what follows as content
-            closes = [close for close in closes if "<" + close[2:] != prefilled]
+        if prefilled_close in closes:
+            prompt, plain_turn = self.generation_prompt_context(), self.render([USER, {"role": "assistant", "content": CONTENT}])
+            if prompt and plain_turn and plain_turn.startswith(prompt):
+                # the template writes the prefilled tag before a plain answer: it reads what follows as content
+                closes = [close for close in closes if close != prefilled_close]
+        if not closes:
+            return None  # (no candidate: spare the probe renders, which every template without reasoning reaches)
 
         def history_render(content: str) -> str | None:
             return self.render([USER, {"role": "assistant", "content": content}, USER])

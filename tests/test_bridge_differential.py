@@ -128,7 +128,8 @@ class BridgeAudit:
                     return
             sampled = None
             if new:
-                sampled = sampled_turn(renderer, history, message, tools, new) or reasoned_turn(renderer, history, message, tools)
+                sampled = sampled_turn(renderer, history, message, tools, new)
+                sampled = sampled or reasoned_turn(renderer, history, message, tools)
             completion = sampled[1] if sampled else None
             if completion is None:
                 return  # the episode cannot go on as the model would have played it
