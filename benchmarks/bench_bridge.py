@@ -18,6 +18,10 @@ Reported per family, in one run:
 * **episode**: the 40 rounds driven by the bridge (one ``render_ids`` for the first prompt, then a
   bridge per round, the history recalled) against re-rendering the conversation every round, cold
   and warm. Target of issue 9: at least 10x.
+* **floor**: the work any bridge that keeps the contract does at the last round, timed alone
+  (:func:`contract_floor`: comparing the caller's prompt with the remembered copy, the result's
+  fresh list, encoding the new suffix), beside 2% of the cold render and the time per bridge a
+  10x episode allows.
 
 Before timing, every bridged prompt of the episode is checked against ``render_ids`` of the same
 conversation (assert), and the number of rounds where the bridge returned None is shown (the
@@ -198,6 +202,7 @@ def bench_family(family, rounds: int, samples: int) -> dict:
 
     episode_samples = max(3, samples // 5)
     return {
+        **contract_floor(cold, last_prompt, last_completion, render_last(cold), samples),
         "family": family.module,
         "tokens": len(render_last(renderer)),
         "declined": declined,
@@ -208,6 +213,45 @@ def bench_family(family, rounds: int, samples: int) -> dict:
         "bridge_episode_ms": timed(drive_with_bridge, episode_samples, setup=new_episode) * 1e3,
         "cold_episode_ms": timed(lambda: drive_with_render(cold), episode_samples, setup=new_episode) * 1e3,
         "warm_episode_ms": timed(lambda: drive_with_render(renderer), episode_samples, setup=new_episode) * 1e3,
+    }
+
+
+def contract_floor(renderer, prompt: list[int], completion: list[int], full: list[int], samples: int) -> dict:
+    """What any bridge that keeps the contract does at the last round, timed alone (ms).
+
+    *confirm*: the caller's prompt compared with the renderer's copy of it, the one C pass that
+    makes a recalled history the prompt's (the caller's list shares its ints with the copy, as in
+    an episode); *fresh list*: the result's own list, the prompt's ids copied and the completion and
+    new ids appended (kept alive, so their freeing is not counted); *suffix encode*: the new text
+    (after the sampled turn's close) encoded once, checked to give the full render's ids. Nothing
+    of parsing the completion or running the template is in it.
+    """
+    own = list(prompt)
+    caller = list(own)  # the same int objects
+    suffix_start = len(prompt) + len(completion) - 1  # from the close token on: it anchors the encode
+    text = renderer.decode(full[suffix_start:])
+    encoded = renderer.encoder.encode(text)
+    assert encoded == full[suffix_start:], "the suffix does not encode alone to the full render's ids"
+    new_ids = encoded[1:]
+    kept = []
+
+    def fresh_list():
+        ids = own[:]
+        ids += completion
+        ids += new_ids
+        kept.append(ids)
+
+    def per_call(function, setup=None, repeat: int = 50) -> float:  # these calls are too short to time one by one
+        def calls():
+            for _ in range(repeat):
+                function()
+
+        return timed(calls, samples, setup=setup) / repeat * 1e3
+
+    return {
+        "confirm_ms": per_call(lambda: own == caller),
+        "fresh_list_ms": per_call(fresh_list, setup=kept.clear),
+        "suffix_encode_ms": per_call(lambda: renderer.encoder.encode(text)),
     }
 
 
@@ -312,10 +356,12 @@ def main() -> None:
         "episode: re-render warm | speed-up |"
     )
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    rows = []
     for family in FAMILIES:
         if family.module not in wanted:
             continue
         row = bench_family(family, args.rounds, args.samples)
+        rows.append(row)
         print(
             f"| {row['family']} | {row['tokens']} | {row['declined']}/{args.rounds} | {row['cold_ms']:.3f} "
             f"| {row['warm_ms']:.3f} | {row['bridge_ms']:.3f} | {row['recalled_ms']:.3f} "
@@ -324,6 +370,24 @@ def main() -> None:
             f"| {row['cold_episode_ms'] / row['bridge_episode_ms']:.1f}x | {row['warm_episode_ms']:.1f} "
             f"| {row['warm_episode_ms'] / row['bridge_episode_ms']:.1f}x |",
             flush=True,
+        )
+    print(
+        f"\nThe contract's floor at round {args.rounds} (microseconds of {clock}, medians): work no bridge can "
+        "skip, against the two targets: 2% of a cold render_ids, and the time per bridge that makes the "
+        "episode 10x cheaper than re-rendering cold\n"
+    )
+    print(
+        "| family | confirm the prompt | fresh list | suffix encode | floor | floor / cold render | 2% of cold "
+        "| 10x budget per bridge | bridge (recalled) |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for row in rows:
+        floor = row["confirm_ms"] + row["fresh_list_ms"] + row["suffix_encode_ms"]
+        budget = row["cold_episode_ms"] / 10 / args.rounds
+        print(
+            f"| {row['family']} | {row['confirm_ms'] * 1e3:.1f} | {row['fresh_list_ms'] * 1e3:.1f} "
+            f"| {row['suffix_encode_ms'] * 1e3:.1f} | {floor * 1e3:.1f} | {floor / row['cold_ms']:.1%} "
+            f"| {row['cold_ms'] * 20:.1f} | {budget * 1e3:.1f} | {row['recalled_ms'] * 1e3:.1f} |"
         )
     if not args.parts:
         return
