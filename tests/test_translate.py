@@ -404,6 +404,25 @@ def test_macros_calling_macros_defined_later():
     check("{% macro a() %}{{ m() }}{% endmacro %}{% macro m() %}x{% endmacro %}{{ a() }}")
 
 
+def test_macro_defined_under_an_if_is_undefined_when_the_test_fails():
+    """An ``{% if %}`` opens no scope: its macro is the template's, unbound until the branch runs
+    (GLM-5.3-Flash defines one under ``{% if tools %}`` that a later macro may call). A macro that
+    only may call it renders as Jinja does; calling it unbound fails as Jinja does."""
+    source = (
+        "{% if k %}{% macro a(x) %}A{{ x }}{% endmacro %}{% endif %}"
+        "{% macro b(x) %}{% if x %}{{ a(x) }}{% else %}B{% endif %}{% endmacro %}"
+        "{% for i in [0, z] %}{{ b(i) }}{% endfor %}"
+    )
+    assert check_all(source, [{"k": 1, "z": 0}, {"k": 0, "z": 0}, {"k": 1, "z": 2}]) == [
+        ("text", "BB"),
+        ("text", "BB"),
+        ("text", "BA2"),
+    ]
+    assert check(source, k=0, z=2)[0] == "error"
+    elif_source = "{% if k %}{% elif j %}{% macro a() %}J{% endmacro %}{% endif %}{% macro b() %}{{ a() }}{% endmacro %}{{ b() }}"
+    assert check_all(elif_source, [{"k": 0, "j": 1}, {"k": 1, "j": 1}])[0] == ("text", "J")
+
+
 def test_set_in_a_nested_scope_and_tuple_set():
     source = (
         "{% set a, b = 1, 2 %}{{ a }}{{ b }}"

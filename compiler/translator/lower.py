@@ -58,6 +58,7 @@ from .scopes import (
     macro_called_before_set,
     macro_reads,
     may_read_before_assignment,
+    scope_macros,
     target_names,
 )
 from .values import ValueKinds
@@ -175,10 +176,10 @@ class Lowering(ExpressionLowering, ValueKinds):
         for macro_name in sorted(self.hoisted):
             method = self.fresh_method_name(f"macro_{macro_name}")
             self.hoisted[macro_name] = self.macros[macro_name] = method
-        for node in body:
-            if isinstance(node, nodes.Macro) and node.name in self.hoisted:
+        for node in scope_macros(body):  # (one defined under an {% if %} is unbound when the test fails)
+            if node.name in self.hoisted:
                 continue
-            if isinstance(node, nodes.Macro) and node.name not in self.macros and self.scope.lookup(node.name) is None:
+            if node.name not in self.macros and self.scope.lookup(node.name) is None:
                 function = self.fresh_name(f"macro_{node.name}")
                 self.macros[node.name] = self.scope.names[node.name] = function
                 if may_read_before_assignment(body, node.name) or macro_called_before_set(body, node.name, macros):

@@ -170,6 +170,19 @@ def target_names(target: nodes.Node) -> set[str]:
     return set()
 
 
+def scope_macros(body: list[nodes.Node]) -> list[nodes.Macro]:
+    """The macros ``body`` defines in its own scope, in template order: its own statements and those
+    of its ``{% if %}`` branches (an ``if`` opens no scope; a loop, macro or block does)."""
+    found = []
+    for node in body:
+        if isinstance(node, nodes.Macro):
+            found.append(node)
+        elif isinstance(node, nodes.If):
+            for branch in [node.body, *(elif_node.body for elif_node in node.elif_), node.else_]:
+                found += scope_macros(branch)
+    return found
+
+
 def assigned_names(body: list[nodes.Node]) -> set[str]:
     """Names a scope's own statements assign: jinja2's own symbol tracking (``idtracking``), so
     nested loops, macros, ``call`` and ``filter`` bodies keep their sets, ``if`` branches do not."""
