@@ -111,6 +111,18 @@ def tool_call(name: str, arguments: dict, call_id: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+NO_TOOL_CALLS = "the template does not render tool calls of OpenAI-format messages"
+
+
+def declared_probe_tools() -> list[dict]:
+    """The tools the probe's calls call, as a request declares them (OpenAI format)."""
+    parameters = {"type": "object", "properties": {KEY_A: {"type": "string"}, KEY_B: {"type": "string"}}}
+    return [
+        {"type": "function", "function": {"name": tool_name, "description": "A probe tool.", "parameters": parameters}}
+        for tool_name in (FIRST_TOOL, SECOND_TOOL)
+    ]
+
+
 class Prober:
     """Needle renders through one renderer instance (text only)."""
 
@@ -119,13 +131,14 @@ class Prober:
         self.added_tokens = added_tokens
         self.notes: list[str] = []
         self.raw = False  # render through the raw template (see render_raw)
+        self.tools: list[dict] | None = None  # the tool list every render declares (see tool_call_format)
         self.stop_tokens: tuple[str, ...] = ()
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
             return self.render_raw(messages, add_generation_prompt)
         # a template that cannot render without a tool list is probed with an empty one
-        for tools in (None, []):
+        for tools in (None, []) if self.tools is None else (self.tools,):
             try:
                 return self.renderer.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt)
             except ValueError:
@@ -141,7 +154,8 @@ class Prober:
         data = jinja.template_data(messages)
         out = RenderOutput(data)
         try:
-            self.renderer.render_template(out, data, None, None, add_generation_prompt)
+            tools = self.renderer.template_tools(self.tools) if self.tools is not None else None
+            self.renderer.render_template(out, data, tools, None, add_generation_prompt)
         except Exception:
             return None
         return out.text()
@@ -459,6 +473,20 @@ class Prober:
 
     def tool_call_format(self) -> ToolCallFormat | None:
         syntax = self.learn_tool_call_format()
+        if syntax is None and NO_TOOL_CALLS in self.notes:
+            # Some templates write tool calls only when the request declares tools (Hunyuan-A13B
+            # turns its whole prompt into a tool-use prompt then): probe again with the probe's
+            # tools declared, as a request whose answer calls them does.
+            self.notes.remove(NO_TOOL_CALLS)
+            self.tools = declared_probe_tools()
+            try:
+                syntax = self.learn_tool_call_format()
+                if syntax is not None:
+                    self.check_reads_back(syntax)
+                    self.notes.append("the template writes tool calls only when the request declares tools")
+            finally:
+                self.tools = None
+            return syntax
         if syntax is not None:
             self.check_reads_back(syntax)
         return syntax
@@ -480,7 +508,7 @@ class Prober:
         arguments = {KEY_A: VALUE_A, KEY_B: VALUE_B}
         single = self.tool_completion([tool_call(FIRST_TOOL, arguments, FIRST_ID)])
         if single is None or FIRST_TOOL not in single:
-            self.notes.append("the template does not render tool calls of OpenAI-format messages")
+            self.notes.append(NO_TOOL_CALLS)
             return None
         double = self.tool_completion(
             [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID), tool_call(SECOND_TOOL, {}, SECOND_ID)], content=CONTENT

@@ -527,6 +527,32 @@ def test_json_arguments_written_before_the_name_are_learned_and_parsed(tmp_path)
         assert [call.status for call in renderer.parse_response(renderer.encoder.encode(text)).tool_calls] == [status]
 
 
+# Hunyuan-A13B style: tool calls are written only when the request declares tools (one JSON list in a block)
+TOOLS_GATED_CALLS = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls and tools %}<tool_calls>["
+    "{% for c in m.tool_calls %}{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]</tool_calls>{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_tool_calls_a_template_writes_only_when_tools_are_declared_are_learned(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "tools_gated", TOOLS_GATED_CALLS)
+    syntax = renderer_class.TOOL_CALLS
+    assert syntax is not None and (syntax.style, syntax.block_start) == ("json", "<tool_calls>[")
+    assert "writes tool calls only when the request declares tools" in renderer_class.__doc__
+    renderer = structural_renderer(renderer_class, compiled)
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in ("run", "noop")]
+    arguments = {"path": "C:\\new", "n": 2}
+    turn = tool_calling_turn("", ("run", arguments), ("noop", {}))
+    prompt = renderer.render_ids([USER], tools=tools, add_generation_prompt=True)
+    text = renderer.render_text([USER, turn], tools=tools)[len(renderer.render_text([USER], tools=tools, add_generation_prompt=True)) :]
+    completion = renderer.encoder.encode(text[: text.index("<|im_end|>") + len("<|im_end|>")])
+    parsed = renderer.parse_response(completion, tools=tools, prompt_ids=prompt)
+    assert [(call.name, call.arguments, call.status) for call in parsed.tool_calls] == [("run", arguments, "ok"), ("noop", {}, "ok")]
+    assert parsed.content in ("", None)
+
+
 # OLMo-3 / Llama-4 (pythonic) style: Python calls, but a string argument is written between quotes
 # as it is ("'" + value + "'", or '"%s"' | format(value)): `C:\\new` would read back as a newline and
 # a value holding the quote (`print('hi')`) cannot be told from its end, so no parse is exact.
