@@ -52,6 +52,15 @@ INSIDE_AN_IF = (
     "{%- else %}<empty>{% endif %}"
 )
 
+# EXAONE-4's shape: the loop walks the positions of the messages and reads its message first.
+BY_POSITION = (
+    "{%- for i in range(messages | length) %}{%- set msg = messages[i] %}"
+    "{%- if i == 0 or messages[i - 1].role != msg.role %}<{{ msg.role }}>{% endif %}{{ msg.content }}"
+    "{%- if loop.last or messages[i + 1].role != msg.role %}</{{ msg.role }}>{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<assistant>{% endif %}"
+)
+
 MESSAGES = st.lists(
     st.fixed_dictionaries(
         {
@@ -101,6 +110,12 @@ def test_a_loop_that_looks_one_message_around_is_resumed_with_its_namespace():
 
 def test_a_loop_inside_an_if_is_resumed():
     assert "lookahead=1" in loop_header(INSIDE_AN_IF)
+
+
+def test_a_loop_over_the_positions_of_the_messages_is_the_message_loop():
+    code = code_of(BY_POSITION)
+    assert "out.mark_message(msg)" in code and "lookahead=1" in loop_header(BY_POSITION)
+    assert "messages[msg_index - 1]" in code and "i = " not in code  # i is the loop's index, not a copy of it
 
 
 def test_a_look_for_a_later_message_becomes_a_test_the_runtime_asks_of_appended_ones():
@@ -155,6 +170,7 @@ def test_resumed_renders_are_the_full_render(messages):
     resumed_renders(LOOKS_AROUND, messages)
     resumed_renders(LOOKS_FOR_A_FINAL_ANSWER, messages)
     resumed_renders(INSIDE_AN_IF, [{"role": "system", "content": "s"}, *messages])
+    resumed_renders(BY_POSITION, messages)
 
 
 def test_resuming_happens():
@@ -168,6 +184,7 @@ def test_resuming_happens():
     ]
     assert resumed_renders(LOOKS_AROUND, conversation) == (4, 4)
     assert resumed_renders(LOOKS_FOR_A_FINAL_ANSWER, conversation) == (4, 4)
+    assert resumed_renders(BY_POSITION, conversation) == (4, 4)
     assert resumed_renders(INSIDE_AN_IF, [{"role": "system", "content": "s"}, *conversation]) == (4, 4)  # (no loop for the system message alone)
 
 

@@ -14,6 +14,7 @@ construct and its template line.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -402,6 +403,42 @@ def test_macros_calling_macros_defined_later():
     assert check("{{ m() }}{% macro m() %}x{% endmacro %}")[0] == "error"
     assert check("{% macro a() %}{{ m() }}{% endmacro %}{{ a() }}{% macro m() %}x{% endmacro %}")[0] == "error"
     check("{% macro a() %}{{ m() }}{% endmacro %}{% macro m() %}x{% endmacro %}{{ a() }}")
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "a"}],
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+    [],
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "marked", "kept_as_name"),
+    [
+        # i read inside a nested loop, where `loop` is that loop's: i stays a name, set from the index
+        (
+            "{% for i in range(messages | length) %}{% set m = messages[i] %}"
+            "{% for c in [1, 2] %}{{ i }}.{{ loop.index0 }}{% endfor %}{{ m.content }}{% endfor %}",
+            "out.mark_message(m)",
+            True,
+        ),
+        ("{% for i in range(0, messages | count) %}{% set m = messages[i] %}{{ i }}{{ m.role }}{% else %}none{% endfor %}", "out.mark_message(m)", False),
+        # items, not positions: loop.previtem would differ, so the loop stays a loop over numbers
+        ("{% for i in range(messages | length) %}{% set m = messages[i] %}{{ loop.previtem }}{{ m.role }}{% endfor %}", None, True),
+        # the loop sets its message again: left alone
+        ("{% for i in range(messages | length) %}{% set m = messages[i] %}{% set m = 1 %}{{ m }}{{ i }}{% endfor %}", None, True),
+    ],
+)
+def test_a_loop_over_message_positions_reading_its_message_first_is_a_loop_over_the_messages(source, marked, kept_as_name):
+    for messages in CONVERSATIONS:
+        check(source, messages=messages)
+    code = render_body(source)
+    if marked:
+        assert marked in code
+    else:
+        assert "out.mark_message" not in code
+    statements = "\n".join(line.split("#")[0] for line in code.splitlines())
+    assert bool(re.search(r"\bi\b", statements)) == kept_as_name
 
 
 def test_macro_defined_under_an_if_is_undefined_when_the_test_fails():

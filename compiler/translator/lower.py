@@ -42,6 +42,7 @@ from .expressions import (
     string_checked_name,
     undefined,
 )
+from .index_loops import as_message_loop
 from .ir import Piece, attribute, call, const, jinja, name, store
 from .scopes import (
     Scope,
@@ -395,7 +396,13 @@ class Lowering(ExpressionLowering, ValueKinds):
         if node.recursive:
             self.recursive_loop(node)
             return
-        self.comment(node, "{% for %}")
+        by_message = as_message_loop(node, self.is_message_source)
+        if by_message is not None:
+            index = node.target.name
+            self.comment(node, f"{{% for %}} over the positions of the messages, each read first: a loop over them ({index} is its index)")
+            node = by_message
+        else:
+            self.comment(node, "{% for %}")
         self.lower_for(node, self.expr(node.iter))
 
     def recursive_loop(self, node: nodes.For) -> None:
