@@ -196,9 +196,10 @@ class Prober:
             raise ProbeError("the template writes an assistant message inside another message's text, not as its own turn")
         own = self.own_text([USER, {"role": "assistant", "content": CONTENT}], 1)
         opener = self.renderer.generation_prompt()
-        if own is not None and opener.strip() and not common_prefix(own, opener).strip():
+        if own is not None and opener.strip() and not common_prefix(own.lstrip(), opener.lstrip()).strip():
             # Llama Guard transcribes the conversation ("Agent: ...") inside the user turn it ends
-            # with the request for a verdict, which is what the generation prompt opens
+            # with the request for a verdict, which is what the generation prompt opens. (Leading
+            # whitespace aside: Falcon writes the '\n' before 'Assistant:' in the previous message.)
             raise ProbeError(
                 f"the template writes an assistant message ({own[:40]!r}...) unlike the turn its generation "
                 f"prompt opens ({opener[:40]!r}...), not as its own turn"

@@ -151,6 +151,30 @@ def test_a_turn_the_next_header_ends_stops_on_the_headers(tmp_path):
     assert renderer.bridge_to_next_turn(prompt, observation, [NEXT_USER]) is None
 
 
+# Falcon style: plain-text headers, and the newline before the next header is written by the
+# previous message's iteration (so the generation prompt starts with it and the turn does not)
+NEWLINE_BEFORE_HEADER = (
+    "{% for m in messages %}{% if m.role == 'user' %}User: {{ m.content }}"
+    "{% elif m.role == 'assistant' %}Assistant: {{ m.content }}{% endif %}"
+    "{% if not loop.last or add_generation_prompt %}{{ '\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def test_a_turn_whose_header_follows_the_previous_message_newline_is_learned(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "falconlike", NEWLINE_BEFORE_HEADER)
+    turn = renderer_class.TURN
+    assert turn is not None and turn.stop_tokens == ("User:",) and turn.content_lead == " "
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": "Fine."}
+    prompt = renderer.render_ids([USER], add_generation_prompt=True)
+    full = renderer.render_ids([USER, answer, NEXT_USER], add_generation_prompt=True)
+    completion = renderer.encoder.encode(" Fine.\nUser:")
+    assert renderer.parse_response(completion).content == "Fine."
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER])
+    assert bridged is not None and bridged.token_ids == full
+
+
 def test_special_tokens_are_read_when_the_class_is_built(tmp_path):
     renderer_class, compiled = compile_inline(tmp_path, "llama2like", SPECIAL_TOKEN_CLOSE)
     assert renderer_class.SPECIAL_TOKENS == {"bos_token": None, "eos_token": None}
