@@ -64,6 +64,7 @@ __all__ = [
     "memoized_macro",
     "template_tools",
     "raise_exception",
+    "set_attribute",
     "missing_filter_or_test",
     "strftime_now",
     "safe_range",
@@ -79,6 +80,14 @@ __all__ = [
 def raise_exception(message: Any) -> Any:
     """transformers' ``raise_exception(message)``."""
     raise TemplateError(str(message))
+
+
+def set_attribute(target: Any, name: str, value: Any) -> None:
+    """``{% set target.name = value %}`` where ``target`` is not known to be a namespace: Jinja
+    assigns only on a ``namespace()`` and refuses anything else (a message dict, Undefined)."""
+    if type(target) is not Namespace:
+        raise TemplateError("cannot assign attribute on non-namespace object")
+    setattr(target, name, value)
 
 
 def missing_filter_or_test(kind: str, name: str, *evaluated: Any) -> Any:

@@ -350,6 +350,18 @@ def test_namespace_errors_and_passing():
     check("{% macro m(n) %}{{ n.a }}{% endmacro %}{% set ns = namespace(a=2) %}{{ m(ns) }}")
 
 
+def test_attribute_set_on_what_may_not_be_a_namespace():
+    """Jinja assigns ``{% set x.a = v %}`` only on a namespace (MiroThinker sets one on a message)."""
+    assert check("{% macro m(n) %}{% set n.a = n.a + 1 %}{% endmacro %}{% set ns = namespace(a=2) %}{{ m(ns) }}{{ ns.a }}") == ("text", "3")
+    assert check("{% set ns = namespace(a=1) %}{% set other = ns %}{% set other.a = 5 %}{{ ns.a }}") == ("text", "5")
+    for source in (
+        "{% for m in messages %}{% set m.seen = 1 %}{{ m.content }}{% endfor %}",
+        "{% set d = {} %}{% set d.a = 1 %}x",
+        "{% set missing.a = 1 %}x",
+    ):
+        assert check(source)[0] == "error"
+
+
 def test_set_inside_loop_is_invisible_after_it():
     source = "{% set x = 1 %}{% for i in xs %}{% set x = i %}{{ x }}{% endfor %}|{{ x }}"
     check_all(source, [{"xs": []}, {"xs": [5, 6]}])

@@ -342,7 +342,10 @@ class Lowering(ExpressionLowering, ValueKinds):
         value = self.expr(node.node)
         if isinstance(node.target, nodes.NSRef):
             namespace = self.name_load(node.target.name, node.target).node
-            self.add(ir.Assign(ast.Attribute(value=namespace, attr=node.target.attr, ctx=ast.Store()), value.node))
+            if isinstance(namespace, ast.Name) and namespace.id in self.namespaces:
+                self.add(ir.Assign(ast.Attribute(value=namespace, attr=node.target.attr, ctx=ast.Store()), value.node))
+            else:  # (a macro argument, a message dict): Jinja checks that it is a namespace
+                self.add(ir.ExprStmt(call("jinja.set_attribute", namespace, const(node.target.attr), value.node)))
             return
         target = self.assign_target(node.target)
         if is_namespace_call(node.node) and isinstance(node.target, nodes.Name):
