@@ -133,6 +133,7 @@ class Prober:
         self.raw = False  # render through the raw template (see render_raw)
         self.tools: list[dict] | None = None  # the tool list every render declares (see tool_call_format)
         self.stop_tokens: tuple[str, ...] = ()
+        self.closing_markers = added_tokens  # the markers that may end a turn (see turn_format)
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
@@ -204,8 +205,12 @@ class Prober:
                 f"the template writes an assistant message ({own[:40]!r}...) unlike the turn its generation "
                 f"prompt opens ({opener[:40]!r}...), not as its own turn"
             )
-        last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
         content_lead = completion[: completion.index(CONTENT)]
+        # a marker the turn writes before its content cannot be what ends it (Kimi-K3 closes every
+        # tag, its think block's too, with `<|close|>`; its turn ends at `<|end_of_msg|>`)
+        openers = frozenset(token for token in self.added_tokens if token in content_lead)
+        self.closing_markers = self.added_tokens - openers or self.added_tokens
+        last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
         between = self.text_before_last_message(
             [USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}], CONTENT
         )
@@ -225,7 +230,7 @@ class Prober:
     def split_close(self, text: str) -> tuple[str, str]:
         """``text`` (what follows a turn's content) as (close, after_close): the close runs through
         the first marker; without a marker it is the text before its trailing whitespace."""
-        marker = first_added_token(text, self.added_tokens)
+        marker = first_added_token(text, self.closing_markers)
         if marker is not None:
             end = text.index(marker) + len(marker)
             return text[:end], text[end:]
@@ -234,7 +239,7 @@ class Prober:
 
     def stop_of(self, close: str) -> str:
         """The string a model's generation stops at for ``close``: its first marker, else its text."""
-        return first_added_token(close, self.added_tokens) or close.strip()
+        return first_added_token(close, self.closing_markers) or close.strip()
 
     def renders_messages_one_by_one(self, messages: list[dict]) -> bool:
         """Whether the render of ``messages`` has any message's own part (a template that loops over
@@ -637,8 +642,24 @@ class Prober:
         second = after_second[: after_second.index(arguments)]
         shared = common_suffix(name_end, second)
         first_lead, second_lead = name_end[: len(name_end) - len(shared)], second[: len(second) - len(shared)]
-        if first_lead.endswith("0") and second_lead == first_lead[:-1] + "1" and shared:
-            return shared, first_lead[:-1]
+        for first, second in (("0", "1"), ("1", "2")):  # counted from 0 (Kimi-K2) or from 1
+            if first_lead.endswith(first) and second_lead == first_lead[:-1] + second and shared:
+                return shared, first_lead[:-1]
+        return name_end, ""
+
+    def positioned_name_end(self, name_end: str, double: str | None) -> tuple[str, str]:
+        """``(name_end, call_index)`` of a syntax whose arguments are no JSON: when the second call's
+        text after its name is ``name_end`` with one number one higher (Kimi-K3 writes
+        ``tool="NAME" index="1"``, then ``index="2"``), the text before the number is
+        ``call_index`` and what follows it ``name_end``."""
+        if double is None or SECOND_TOOL not in double:
+            return name_end, ""
+        after_second = double[double.index(SECOND_TOOL) + len(SECOND_TOOL) :]
+        for at, digit in enumerate(name_end):
+            if digit not in "01" or at == 0 or name_end[at - 1].isdigit() or name_end[at + 1 : at + 2].isdigit():
+                continue
+            if after_second.startswith(name_end[:at] + str(int(digit) + 1) + name_end[at + 1 :]):
+                return name_end[at + 1 :], name_end[:at]
         return name_end, ""
 
     def key_value_style(self, single: str, double: str | None, quote: str) -> ToolCallFormat:
@@ -740,6 +761,7 @@ class Prober:
         if split is None:
             raise ProbeError(f"inconsistent XML tool-call parameters: {single!r}")
         name_end, parameter_start = name_to_key[:split], name_to_key[split:]
+        name_end, call_index = self.positioned_name_end(name_end, double)
         parameter_end = value_to_key[: len(value_to_key) - len(parameter_start)]
         after_single = after_last_value[len(parameter_end) :]
         after_first_in_double = None
@@ -754,6 +776,7 @@ class Prober:
             parameter_value=parameter_value,
             parameter_value_json=self.json_parameter_value(parameter_value),
             parameter_end=parameter_end,
+            call_index=call_index,
             **self.call_boundaries(single[:name_at], after_single, double, after_first_in_double),
         )
 
@@ -863,10 +886,13 @@ class Prober:
         # is not the start's (Nemotron-3: `</tool_call>\n<tool_call>` against a first `\n<tool_call>`)
         # (a start of whitespace only, which the end already wrote, is none: MiniCPM3's calls follow one
         # another, each ended by `)\n`)
+        # (nor is the end of a tag the end already wrote: Kimi-K3 ends every tag with `<|sep|>`, so
+        # `...<|close|>call<|sep|><|open|>call tool="` against a first `...tools<|sep|><|open|>call tool="`)
         if call_end and call_end in between and not between.endswith(call_end + call_start):
             after_end = between[between.rindex(call_end) + len(call_end) :]
             shorter = len(after_end) < len(call_start)
-            if shorter and block_and_start.endswith(after_end) and after_end.strip() == call_start.strip():
+            written_by_end = call_start.endswith(after_end) and call_end.endswith(call_start[: len(call_start) - len(after_end)])
+            if shorter and block_and_start.endswith(after_end) and (after_end.strip() == call_start.strip() or written_by_end):
                 call_start = after_end
         block_start = block_and_start[: len(block_and_start) - len(call_start)]
         separator = content_start = ""

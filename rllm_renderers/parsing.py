@@ -11,6 +11,7 @@ or truncated calls are recorded with a status, as PrimeIntellect's ``renderers``
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import operator
 import re
@@ -136,13 +137,17 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
             call.status = ToolCallParseStatus.MISSING_NAME
         return call
     name_at = start + len(syntax.call_start)
-    name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
-    if name_end < 0:
-        return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
-    # between explicit delimiters the name is exactly what the template wrote; else only the
-    # syntax's whitespace is stripped, never a name's own characters
-    name = _call_name(text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n"), syntax)
-    body_at = name_end + len(syntax.name_end)
+    positioned = _positioned_name_end(syntax).search(text, name_at) if syntax.call_index else None
+    if positioned is not None:  # NAME, the separator, the call's position, name_end (Kimi-K3's name_end is '"')
+        name, body_at = text[name_at : positioned.start()], positioned.end()
+    else:
+        name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
+        if name_end < 0:
+            return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
+        # between explicit delimiters the name is exactly what the template wrote; else only the
+        # syntax's whitespace is stripped, never a name's own characters
+        name = _call_name(text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n"), syntax)
+        body_at = name_end + len(syntax.name_end)
     call_id = None
     if syntax.call_id_after == "name_end":  # NAME [CALL_ID] ID [ARGS] ...
         id_end = text.find(syntax.call_id_end, body_at)
@@ -164,6 +169,12 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     if call_id is not None:
         call.id = call_id
     return call
+
+
+@functools.lru_cache(maxsize=64)
+def _positioned_name_end(syntax: ToolCallFormat) -> re.Pattern:
+    """``call_index``, the call's position, ``name_end``: what follows a call's name."""
+    return re.compile(re.escape(syntax.call_index) + r"\d+" + re.escape(syntax.name_end))
 
 
 def _call_name(name: str, syntax: ToolCallFormat) -> str:

@@ -551,6 +551,36 @@ def test_json_arguments_written_before_the_name_are_learned_and_parsed(tmp_path)
         assert [call.status for call in renderer.parse_response(renderer.encoder.encode(text)).tool_calls] == [status]
 
 
+# Kimi-K3 style: every element is `<|open|>NAME ...<|sep|>` ... `<|close|>NAME<|sep|>`, so the marker
+# after the content (`<|close|>`) also closes the think block before it; calls carry their position
+TAGGED_ELEMENTS = (
+    "{% for m in messages %}<|open|>message role=\"{{ m.role }}\"<|sep|>{% if m.role == 'assistant' %}"
+    "<|open|>think<|sep|>{{ m.reasoning_content or '' }}<|close|>think<|sep|><|open|>response<|sep|>{{ m.content }}"
+    "<|close|>response<|sep|>{% if m.tool_calls %}<|open|>tools<|sep|>{% for c in m.tool_calls %}"
+    "<|open|>call tool=\"{{ c.function.name }}\" index=\"{{ loop.index }}\"<|sep|>"
+    "{% for k, v in c.function.arguments.items() %}<|open|>argument key=\"{{ k }}\"<|sep|>{{ v }}<|close|>argument<|sep|>"
+    "{% endfor %}<|close|>call<|sep|>{% endfor %}<|close|>tools<|sep|>{% endif %}{% else %}{{ m.content }}{% endif %}"
+    "<|close|>message<|sep|><|end_of_msg|>{% endfor %}"
+    "{% if add_generation_prompt %}<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>{% endif %}"
+)
+
+
+def test_a_turn_of_tagged_elements_ends_at_its_own_marker_and_its_calls_carry_positions(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "tagged", TAGGED_ELEMENTS)
+    assert renderer_class.TURN.stop_tokens == ("<|end_of_msg|>",)
+    syntax = renderer_class.TOOL_CALLS
+    assert syntax is not None and (syntax.call_start, syntax.call_index) == ('<|open|>call tool="', '" index="')
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": "Fine.", "reasoning_content": "Easy."}
+    prompt, completion = sampled(renderer, [USER], answer)
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert (parsed.content, parsed.reasoning_content) == ("Fine.", "Easy.")
+    turn = tool_calling_turn("", ("run", {"path": "a b", "n": "2"}), ("noop", {}))
+    prompt, completion, _, calls = calls_read_back(renderer, turn)
+    assert calls == [("run", {"path": "a b", "n": 2}, "ok"), ("noop", {}, "ok")]
+    assert bridges_a_tool_result(renderer, turn, prompt, completion)
+
+
 # Hunyuan-A13B style: tool calls are written only when the request declares tools (one JSON list in a block)
 TOOLS_GATED_CALLS = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls and tools %}<tool_calls>["
