@@ -1163,6 +1163,9 @@ def strip_closing(text: str, close_tokens: list[str]) -> str:
     return text
 
 
+JSON_DECODER = json.JSONDecoder()
+
+
 def find_json(text: str, value: Any) -> str | None:
     """How ``value`` was serialised inside ``text``, among the usual json.dumps spellings."""
     spellings = [
@@ -1175,4 +1178,15 @@ def find_json(text: str, value: Any) -> str | None:
     for spelling in spellings:
         if spelling in text:
             return spelling
+    # any other spacing of the same JSON (Command-R re-indents `tojson(indent=4)` by 8 spaces)
+    opener = "{" if isinstance(value, dict) else "[" if isinstance(value, list) else None
+    at = text.find(opener) if opener else -1
+    while at >= 0:
+        try:
+            decoded, end = JSON_DECODER.raw_decode(text, at)
+        except json.JSONDecodeError:
+            decoded, end = None, at
+        if decoded == value and end > at:
+            return text[at:end]
+        at = text.find(opener, at + 1)
     return None

@@ -551,6 +551,28 @@ def test_json_arguments_written_before_the_name_are_learned_and_parsed(tmp_path)
         assert [call.status for call in renderer.parse_response(renderer.encoder.encode(text)).tool_calls] == [status]
 
 
+# Command-R style: the arguments' JSON is re-indented inside the call (`tojson(indent=4) | indent(8)`)
+REINDENTED_JSON = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}Action:\n["
+    "{% for c in m.tool_calls %}{{ '\\n    {\\n        \"tool_name\": \"' + c.function.name + '\",\\n        \"parameters\": ' }}"
+    "{{ c.function.arguments | tojson(indent=4) | indent(8) }}{{ '\\n    }' }}{% if not loop.last %},{% endif %}"
+    "{% endfor %}{{ '\\n]' }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_json_arguments_spaced_another_way_are_learned_and_parsed(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "reindented", REINDENTED_JSON)
+    syntax = renderer_class.TOOL_CALLS
+    assert syntax is not None and (syntax.style, syntax.name_end) == ("json", '",\n        "parameters": ')
+    renderer = structural_renderer(renderer_class, compiled)
+    arguments = {"path": "a.py", "opts": {"depth": [1, 2], "quiet": True}}
+    turn = tool_calling_turn("", ("read", arguments), ("noop", {}))
+    prompt, completion, _, calls = calls_read_back(renderer, turn)
+    assert calls == [("read", arguments, "ok"), ("noop", {}, "ok")]
+    assert bridges_a_tool_result(renderer, turn, prompt, completion)
+
+
 # Kimi-K3 style: every element is `<|open|>NAME ...<|sep|>` ... `<|close|>NAME<|sep|>`, so the marker
 # after the content (`<|close|>`) also closes the think block before it; calls carry their position
 TAGGED_ELEMENTS = (
