@@ -71,6 +71,13 @@ def structural_renderer(renderer_class, compiled):
     return renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
 
 
+def learned_calls(tmp_path: Path, name: str, template: str):
+    """(class, structural renderer, call syntax) of ``template``, whose call syntax must be learned."""
+    renderer_class, compiled = compile_inline(tmp_path, name, template)
+    assert renderer_class.TOOL_CALLS is not None, renderer_class.UNLEARNED
+    return renderer_class, structural_renderer(renderer_class, compiled), renderer_class.TOOL_CALLS
+
+
 def sampled(renderer, history, assistant):
     """(prompt ids, completion ids through the first stop) as a model would sample them."""
     prompt = renderer.render_ids(history, add_generation_prompt=True)
@@ -562,10 +569,8 @@ REINDENTED_JSON = (
 
 
 def test_json_arguments_spaced_another_way_are_learned_and_parsed(tmp_path):
-    renderer_class, compiled = compile_inline(tmp_path, "reindented", REINDENTED_JSON)
-    syntax = renderer_class.TOOL_CALLS
-    assert syntax is not None and (syntax.style, syntax.name_end) == ("json", '",\n        "parameters": ')
-    renderer = structural_renderer(renderer_class, compiled)
+    _, renderer, syntax = learned_calls(tmp_path, "reindented", REINDENTED_JSON)
+    assert (syntax.style, syntax.name_end) == ("json", '",\n        "parameters": ')
     arguments = {"path": "a.py", "opts": {"depth": [1, 2], "quiet": True}}
     turn = tool_calling_turn("", ("read", arguments), ("noop", {}))
     prompt, completion, _, calls = calls_read_back(renderer, turn)
@@ -588,11 +593,9 @@ TAGGED_ELEMENTS = (
 
 
 def test_a_turn_of_tagged_elements_ends_at_its_own_marker_and_its_calls_carry_positions(tmp_path):
-    renderer_class, compiled = compile_inline(tmp_path, "tagged", TAGGED_ELEMENTS)
+    renderer_class, renderer, syntax = learned_calls(tmp_path, "tagged", TAGGED_ELEMENTS)
     assert renderer_class.TURN.stop_tokens == ("<|end_of_msg|>",)
-    syntax = renderer_class.TOOL_CALLS
-    assert syntax is not None and (syntax.call_start, syntax.call_index) == ('<|open|>call tool="', '" index="')
-    renderer = structural_renderer(renderer_class, compiled)
+    assert (syntax.call_start, syntax.call_index) == ('<|open|>call tool="', '" index="')
     answer = {"role": "assistant", "content": "Fine.", "reasoning_content": "Easy."}
     prompt, completion = sampled(renderer, [USER], answer)
     parsed = renderer.parse_response(completion, prompt_ids=prompt)
@@ -613,11 +616,9 @@ TOOLS_GATED_CALLS = (
 
 
 def test_tool_calls_a_template_writes_only_when_tools_are_declared_are_learned(tmp_path):
-    renderer_class, compiled = compile_inline(tmp_path, "tools_gated", TOOLS_GATED_CALLS)
-    syntax = renderer_class.TOOL_CALLS
-    assert syntax is not None and (syntax.style, syntax.block_start) == ("json", "<tool_calls>[")
+    renderer_class, renderer, syntax = learned_calls(tmp_path, "tools_gated", TOOLS_GATED_CALLS)
+    assert (syntax.style, syntax.block_start) == ("json", "<tool_calls>[")
     assert "writes tool calls only when the request declares tools" in renderer_class.__doc__
-    renderer = structural_renderer(renderer_class, compiled)
     tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in ("run", "noop")]
     arguments = {"path": "C:\\new", "n": 2}
     turn = tool_calling_turn("", ("run", arguments), ("noop", {}))
