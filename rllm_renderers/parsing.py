@@ -137,7 +137,7 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
             call.status = ToolCallParseStatus.MISSING_NAME
         return call
     name_at = start + len(syntax.call_start)
-    positioned = _positioned_name_end(syntax).search(text, name_at) if syntax.call_index else None
+    positioned = _positioned_name_end(syntax.call_index, syntax.name_end).search(text, name_at) if syntax.call_index else None
     if positioned is not None:  # NAME, the separator, the call's position, name_end (Kimi-K3's name_end is '"')
         name, body_at = text[name_at : positioned.start()], positioned.end()
     else:
@@ -172,9 +172,9 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
 
 
 @functools.lru_cache(maxsize=64)
-def _positioned_name_end(syntax: ToolCallFormat) -> re.Pattern:
+def _positioned_name_end(call_index: str, name_end: str) -> re.Pattern:
     """``call_index``, the call's position, ``name_end``: what follows a call's name."""
-    return re.compile(re.escape(syntax.call_index) + r"\d+" + re.escape(syntax.name_end))
+    return re.compile(re.escape(call_index) + r"\d+" + re.escape(name_end))
 
 
 def _call_name(name: str, syntax: ToolCallFormat) -> str:
