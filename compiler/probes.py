@@ -68,6 +68,9 @@ class ProbeFacts:
             else:
                 lines.append(f"Nothing closes an assistant turn: the next message's header does (stops: {stops});")
             lines.append(f"the template then writes {self.turn.after_close!r} before the next message.")
+            if self.turn.content_lead_with_tools is not None:
+                lead = self.turn.content_lead_with_tools
+                lines.append(f"With tools declared, a plain answer starts with {lead!r} (parse_response(tools=...) drops it).")
         lines.append(f"Generation prompt (default knobs): {self.generation_prompt!r}.")
         if self.reasoning is not None:
             lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
@@ -226,6 +229,16 @@ class Prober:
             stops.append(eos_token)
         self.stop_tokens = tuple(stops)
         return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops), content_lead=content_lead)
+
+    def content_lead_with_tools(self) -> str | None:
+        """What a plain answer starts with when the request declares tools (None: the template
+        writes no plain answer then)."""
+        self.tools = declared_probe_tools()
+        try:
+            completion = self.completion({"role": "assistant", "content": CONTENT})
+        finally:
+            self.tools = None
+        return completion[: completion.index(CONTENT)] if completion and CONTENT in completion else None
 
     def split_close(self, text: str) -> tuple[str, str]:
         """``text`` (what follows a turn's content) as (close, after_close): the close runs through
@@ -952,6 +965,10 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
     if turn is not None and reasoning is not None and turn.content_lead.strip():
         # the lead is an (empty) reasoning block the parser reads itself; only its whitespace stays
         turn = dataclasses.replace(turn, content_lead="")
+    if turn is not None and reasoning is None:
+        lead = prober.content_lead_with_tools()  # (None where the template refuses the probe's tools)
+        if lead is not None and lead != turn.content_lead:
+            turn = dataclasses.replace(turn, content_lead_with_tools=lead)
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
     generation_prompt = prompt[len(base) :] if prompt.startswith(base) else ""

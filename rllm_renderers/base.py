@@ -627,6 +627,8 @@ class GeneratedRenderer(ABC):
         if self.UNLEARNED:
             return _ParsedTurn(None, text, ids, decoded, 0)
         lead = self.TURN.content_lead
+        if tools and self.TURN.content_lead_with_tools is not None:
+            lead = self.TURN.content_lead_with_tools
         skipped = len(lead) if lead and text.startswith(lead) else 0
         text = text[skipped:]
         reasoning = self.REASONING

@@ -64,6 +64,9 @@ class TurnFormat:
     #: no reasoning format covers it (``"ASSISTANT:"`` then ``" "``; Kimi's empty
     #: ``<think></think>``): the model samples it, but it is not content
     content_lead: str = ""
+    #: the same when the request declares tools, where the template writes another one then
+    #: (Hunyuan-A13B asks for answers that start with ``助手：`` in its tool-use prompt)
+    content_lead_with_tools: str | None = None
 
 
 @dataclass(frozen=True)

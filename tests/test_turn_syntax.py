@@ -615,6 +615,25 @@ TOOLS_GATED_CALLS = (
 )
 
 
+# ... and Hunyuan-A13B's tool-use prompt asks for answers that start with a lead, which it writes itself
+TOOLS_GATED_LEAD = TOOLS_GATED_CALLS.replace("{% else %}{{ m.content }}", "{% elif tools %}A: {{ m.content }}{% else %}{{ m.content }}")
+
+
+def test_a_lead_a_template_writes_only_when_tools_are_declared_is_not_content(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "tools_gated_lead", TOOLS_GATED_LEAD)
+    assert (renderer_class.TURN.content_lead, renderer_class.TURN.content_lead_with_tools) == ("", "A: ")
+    renderer = structural_renderer(renderer_class, compiled)
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+    answer = {"role": "assistant", "content": "Fine."}
+    prompt = renderer.render_ids([USER], tools=tools, add_generation_prompt=True)
+    completion = renderer.encoder.encode("A: Fine.<|im_end|>")
+    assert renderer.parse_response(completion, tools=tools).content == "Fine."
+    assert renderer.parse_response(renderer.encoder.encode("Fine.<|im_end|>")).content == "Fine."  # no tools: no lead
+    bridged = renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER], tools=tools)
+    assert bridged is not None
+    assert bridged.token_ids == renderer.render_ids([USER, answer, NEXT_USER], tools=tools, add_generation_prompt=True)
+
+
 def test_tool_calls_a_template_writes_only_when_tools_are_declared_are_learned(tmp_path):
     renderer_class, renderer, syntax = learned_calls(tmp_path, "tools_gated", TOOLS_GATED_CALLS)
     assert (syntax.style, syntax.block_start) == ("json", "<tool_calls>[")
