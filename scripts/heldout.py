@@ -12,7 +12,9 @@ error, naming the construct and line), ``mismatch`` (verification found a differ
 A verified render can still carry wrong turn facts (a stop that cuts content, a reasoning marker
 that is not the template's), so each verified class is also read back: ``parse_response`` of what
 the template renders for a plain answer, a reasoning answer and tool-calling turns, after the
-generation prompt, against the turn itself (``round trip: ...`` in the detail when they differ).
+generation prompt, against the turn itself (``round trip: ...`` in the detail when they differ),
+and the bridge from each such sampled turn to the next message is checked against the full render
+(wrong tokens, or None where the full render extends the sample).
 
     python scripts/heldout.py FOLDER [--cases 40] [--timeout 600] [--out /tmp/heldout] [--table FILE]
 
@@ -171,9 +173,29 @@ def round_trip(template: Path, module: Path) -> list[str]:
             got = [(call.name, call.arguments) for call in parsed.tool_calls]
             if got != expected:
                 found.append(f"calls {got!r}")
+        if not found:  # (a turn read back otherwise is not what the template renders the sample as)
+            found += bridge_problems(renderer, history, turn, follower, tools, completion)
         if found:
             problems.append(f"{label}: " + ", ".join(found) + f" from {completion!r}")
     return problems
+
+
+def bridge_problems(renderer, history: list[dict], turn: dict, follower: dict, tools, completion: str) -> list[str]:
+    """The bridge after the sampled ``completion`` with ``follower``, against the full render: wrong
+    tokens, or None where the full render extends prompt + completion (a miss)."""
+    try:
+        prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
+        expected = renderer.render_ids(history + [turn, follower], tools=tools, add_generation_prompt=True)
+    except ValueError:
+        return []
+    sampled = renderer.encoder.encode(completion)
+    bridged = renderer.bridge_to_next_turn(prompt, sampled, [follower], tools=tools)
+    extends = expected[: len(prompt) + len(sampled)] == prompt + sampled
+    if bridged is None:
+        return ["bridge: None where the full render extends the sample"] if extends else []
+    if bridged.token_ids != expected and (extends or renderer.thinking_retention == "template"):
+        return ["bridge: WRONG tokens"]
+    return []
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -44,3 +44,33 @@ def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600, check=True)
     assert done.stdout.startswith("plain: content 'Fine, see '"), done.stdout
+
+
+def test_the_bridge_from_each_read_back_turn_is_checked_against_the_full_render(tmp_path):
+    """A bridge that returns None where the template extends the sample, or other tokens, shows."""
+    heldout = load_script()
+    template = tmp_path / "chatml_tools.jinja"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
+    assert outcome.result == "verified" and "bridge" not in outcome.detail, outcome.detail
+    from compiler.pipeline import load_generated_file, prepare_source
+    from compiler.source import resolve_source
+
+    prepared = prepare_source(resolve_source("heldout/chatml_tools", template=template, allow_hub=False))
+    renderer_class = load_generated_file(tmp_path / "out" / "chatml_tools" / "chatml_tools.py")
+    renderer = renderer_class(prepared.check_tokenizer, special_tokens=prepared.placeholders)
+    history, turn = [{"role": "user", "content": "hi"}], {"role": "assistant", "content": "Fine."}
+    follower = {"role": "user", "content": "ok"}
+    check = lambda: heldout.bridge_problems(renderer, history, turn, follower, None, "Fine.<|im_end|>")  # noqa: E731
+    assert check() == []
+    exact = renderer.bridge_to_next_turn
+    renderer.bridge_to_next_turn = lambda *args, **kwargs: None
+    assert check() == ["bridge: None where the full render extends the sample"]
+
+    def one_token_off(*args, **kwargs):
+        result = exact(*args, **kwargs)
+        result.token_ids = result.token_ids[:-1]
+        return result
+
+    renderer.bridge_to_next_turn = one_token_off
+    assert check() == ["bridge: WRONG tokens"]
