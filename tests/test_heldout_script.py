@@ -26,12 +26,18 @@ def load_script():
     return module
 
 
-def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
+def compiled_by_the_script(tmp_path: Path):
+    """(the script, the template file) after the script compiled TEMPLATE, verified and read back clean."""
     heldout = load_script()
     template = tmp_path / "chatml_tools.jinja"
     template.write_text(TEMPLATE, encoding="utf-8")
     outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
     assert outcome.result == "verified" and "round trip" not in outcome.detail, outcome.detail
+    return heldout, template
+
+
+def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
+    heldout, template = compiled_by_the_script(tmp_path)
     module = tmp_path / "out" / "chatml_tools" / "chatml_tools.py"
     assert heldout.round_trip(template, module) == []
     # a stop that also starts ordinary text (what Apertus's bare '[' header once became) cuts the content
@@ -48,11 +54,7 @@ def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
 
 def test_the_bridge_from_each_read_back_turn_is_checked_against_the_full_render(tmp_path):
     """A bridge that returns None where the template extends the sample, or other tokens, shows."""
-    heldout = load_script()
-    template = tmp_path / "chatml_tools.jinja"
-    template.write_text(TEMPLATE, encoding="utf-8")
-    outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
-    assert outcome.result == "verified" and "bridge" not in outcome.detail, outcome.detail
+    heldout, template = compiled_by_the_script(tmp_path)
     from compiler.pipeline import load_generated_file, prepare_source
     from compiler.source import resolve_source
 
