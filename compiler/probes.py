@@ -969,6 +969,13 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
         lead = prober.content_lead_with_tools()  # (None where the template refuses the probe's tools)
         if lead is not None and lead != turn.content_lead:
             turn = dataclasses.replace(turn, content_lead_with_tools=lead)
+    if turn is not None and tools is not None:
+        cut = next((stop for stop in turn.stop_tokens if stop in tools.block_start + tools.call_start), None)
+        if cut is not None:  # GigaChat3 writes a call as a message of its own after the answer's
+            prober.notes.append(
+                f"the template writes tool calls after the turn's stop {cut!r}: parse_response ends the turn "
+                "there and reads no call"
+            )
     prompt = prober.generation_prompt_context() or ""
     base = prober.render([USER]) or ""
     generation_prompt = prompt[len(base) :] if prompt.startswith(base) else ""

@@ -578,6 +578,21 @@ def test_json_arguments_spaced_another_way_are_learned_and_parsed(tmp_path):
     assert bridges_a_tool_result(renderer, turn, prompt, completion)
 
 
+# GigaChat3 style: the call is a message of its own, after the answer's stop
+CALL_AFTER_THE_STOP = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}<|im_end|>\n"
+    "{% for c in m.tool_calls or [] %}<|im_start|>function call\n{\"name\": \"{{ c.function.name }}\", "
+    "\"arguments\": {{ c.function.arguments | tojson }}}<|im_end|>\n{% endfor %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_calls_written_after_the_turns_stop_are_said_to_be_unreadable(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "call_after_stop", CALL_AFTER_THE_STOP)
+    assert renderer_class.TURN.stop_tokens == ("<|im_end|>",)
+    assert "writes tool calls after the turn's stop '<|im_end|>'" in renderer_class.__doc__
+
+
 # Kimi-K3 style: every element is `<|open|>NAME ...<|sep|>` ... `<|close|>NAME<|sep|>`, so the marker
 # after the content (`<|close|>`) also closes the think block before it; calls carry their position
 TAGGED_ELEMENTS = (
