@@ -11,11 +11,12 @@ generated renderer (see :mod:`rllm_renderers.formats`).
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from rllm_renderers import template_runtime as jinja
 from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
@@ -136,7 +137,6 @@ class Prober:
         self.raw = False  # render through the raw template (see render_raw)
         self.tools: list[dict] | None = None  # the tool list every render declares (see tool_call_format)
         self.stop_tokens: tuple[str, ...] = ()
-        self.closing_markers = added_tokens  # the markers that may end a turn (see turn_format)
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
@@ -212,14 +212,15 @@ class Prober:
         # a marker the turn writes before its content cannot be what ends it (Kimi-K3 closes every
         # tag, its think block's too, with `<|close|>`; its turn ends at `<|end_of_msg|>`)
         openers = frozenset(token for token in self.added_tokens if token in content_lead)
-        self.closing_markers = self.added_tokens - openers or self.added_tokens
-        last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :])
+        markers = self.added_tokens - openers or self.added_tokens
+        last_close, _ = self.split_close(completion[completion.index(CONTENT) + len(CONTENT) :], markers)
         between = self.text_before_last_message(
             [USER, {"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}], CONTENT
         )
-        middle_close, after_close = self.split_close(between) if between is not None else (last_close, "")
+        middle_close, after_close = self.split_close(between, markers) if between is not None else (last_close, "")
         close = last_close or middle_close
-        stops = [self.stop_of(close)] if close.strip() else self.next_headers()
+        # generation stops at the close's first marker (or at its text); with no close, at the next headers
+        stops = [first_added_token(close, markers) or close.strip()] if close.strip() else self.next_headers()
         if not stops:
             raise ProbeError("nothing closes an assistant turn and no message header follows one")
         for extra in self.tool_call_closes(close):
@@ -230,29 +231,32 @@ class Prober:
         self.stop_tokens = tuple(stops)
         return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops), content_lead=content_lead)
 
+    @contextlib.contextmanager
+    def declaring_tools(self) -> Iterator[None]:
+        """Renders inside declare the probe's tools, as a request whose answer may call them does."""
+        self.tools = declared_probe_tools()
+        try:
+            yield
+        finally:
+            self.tools = None
+
     def content_lead_with_tools(self) -> str | None:
         """What a plain answer starts with when the request declares tools (None: the template
         writes no plain answer then)."""
-        self.tools = declared_probe_tools()
-        try:
+        with self.declaring_tools():
             completion = self.completion({"role": "assistant", "content": CONTENT})
-        finally:
-            self.tools = None
         return completion[: completion.index(CONTENT)] if completion and CONTENT in completion else None
 
-    def split_close(self, text: str) -> tuple[str, str]:
+    @staticmethod
+    def split_close(text: str, markers: frozenset[str]) -> tuple[str, str]:
         """``text`` (what follows a turn's content) as (close, after_close): the close runs through
-        the first marker; without a marker it is the text before its trailing whitespace."""
-        marker = first_added_token(text, self.closing_markers)
+        the first of ``markers``; without one it is the text before its trailing whitespace."""
+        marker = first_added_token(text, markers)
         if marker is not None:
             end = text.index(marker) + len(marker)
             return text[:end], text[end:]
         stripped = text.rstrip()
         return stripped, text[len(stripped) :]
-
-    def stop_of(self, close: str) -> str:
-        """The string a model's generation stops at for ``close``: its first marker, else its text."""
-        return first_added_token(close, self.closing_markers) or close.strip()
 
     def renders_messages_one_by_one(self, messages: list[dict]) -> bool:
         """Whether the render of ``messages`` has any message's own part (a template that loops over
@@ -497,14 +501,11 @@ class Prober:
             # turns its whole prompt into a tool-use prompt then): probe again with the probe's
             # tools declared, as a request whose answer calls them does.
             self.notes.remove(NO_TOOL_CALLS)
-            self.tools = declared_probe_tools()
-            try:
+            with self.declaring_tools():
                 syntax = self.learn_tool_call_format()
                 if syntax is not None:
                     self.check_reads_back(syntax)
                     self.notes.append("the template writes tool calls only when the request declares tools")
-            finally:
-                self.tools = None
             return syntax
         if syntax is not None:
             self.check_reads_back(syntax)
@@ -601,7 +602,7 @@ class Prober:
             if first_arguments is not None:
                 at = double.index(first_arguments, double.index(FIRST_TOOL))
                 after_first_in_double = double[at + len(first_arguments) :]
-        name_end, call_index = self.numbered_name_end(name_end, double)
+        name_end, call_index = self.positioned_name_end(name_end, double)
         extra = {"call_index": call_index} if call_index else {}
         if self.writes_name_as_json():
             extra["name_json"] = True
@@ -642,28 +643,10 @@ class Prober:
         quoted = self.tool_completion([tool_call(FIRST_TOOL + '"', {KEY_A: VALUE_A}, FIRST_ID)]) or ""
         return FIRST_TOOL + '\\"' in quoted
 
-    def numbered_name_end(self, name_end: str, double: str | None) -> tuple[str, str]:
-        """``(name_end, call_index)``: when what follows the name differs between the first and the
-        second call only by their positions (Kimi-K2 writes ``functions.NAME:0``, ``...:1``), the
-        separator before the position is ``call_index`` and ``name_end`` is the rest."""
-        if double is None or SECOND_TOOL not in double:
-            return name_end, ""
-        after_second = double[double.index(SECOND_TOOL) + len(SECOND_TOOL) :]
-        arguments = find_json(after_second, {})
-        if arguments is None:
-            return name_end, ""
-        second = after_second[: after_second.index(arguments)]
-        shared = common_suffix(name_end, second)
-        first_lead, second_lead = name_end[: len(name_end) - len(shared)], second[: len(second) - len(shared)]
-        for first, second in (("0", "1"), ("1", "2")):  # counted from 0 (Kimi-K2) or from 1
-            if first_lead.endswith(first) and second_lead == first_lead[:-1] + second and shared:
-                return shared, first_lead[:-1]
-        return name_end, ""
-
     def positioned_name_end(self, name_end: str, double: str | None) -> tuple[str, str]:
-        """``(name_end, call_index)`` of a syntax whose arguments are no JSON: when the second call's
-        text after its name is ``name_end`` with one number one higher (Kimi-K3 writes
-        ``tool="NAME" index="1"``, then ``index="2"``), the text before the number is
+        """``(name_end, call_index)``: when the second call's text after its name is ``name_end`` with
+        one number one higher, counted from 0 or from 1 (Kimi-K2 writes ``functions.NAME:0``, then
+        ``:1``; Kimi-K3 ``tool="NAME" index="1"``, then ``index="2"``), the text before the number is
         ``call_index`` and what follows it ``name_end``."""
         if double is None or SECOND_TOOL not in double:
             return name_end, ""

@@ -139,7 +139,7 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     name_at = start + len(syntax.call_start)
     positioned = _positioned_name_end(syntax.call_index, syntax.name_end).search(text, name_at) if syntax.call_index else None
     if positioned is not None:  # NAME, the separator, the call's position, name_end (Kimi-K3's name_end is '"')
-        name, body_at = text[name_at : positioned.start()], positioned.end()
+        name, body_at = _call_name(text[name_at : positioned.start()], syntax), positioned.end()
     else:
         name_end = text.find(syntax.name_end, name_at) if syntax.name_end else _identifier_end(text, name_at)
         if name_end < 0:
@@ -178,16 +178,12 @@ def _positioned_name_end(call_index: str, name_end: str) -> re.Pattern:
 
 
 def _call_name(name: str, syntax: ToolCallFormat) -> str:
-    """The name as written, unescaped where the template escapes it, without the call's position."""
+    """The name as written, unescaped where the template escapes it."""
     if syntax.name_json:  # the body of a JSON string: unescaped (left as written when it is not one)
         try:
             name = json.loads(f'"{name}"')
         except json.JSONDecodeError:
             pass
-    if syntax.call_index:  # NAME, the separator and the call's position: the name is what precedes them
-        at = name.rfind(syntax.call_index)
-        if at >= 0 and name[at + len(syntax.call_index) :].isdigit():
-            name = name[:at]
     return name
 
 
