@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from . import template_runtime as jinja
 from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
 from .prompt_memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
+from .recovery import Unrecoverable, explain_once, recover_conversation
 from .turns import cut_at_stop, tool_names
 from .types import BridgedTokens, Message, RenderedTokens, ToolSpec
 
@@ -143,6 +144,11 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     parsed = renderer._parse_turn(completion_ids, tools, for_template=True).parsed
     if parsed is None or any(call.status not in RENDERABLE_CALLS for call in parsed.calls):
         return None
+    return message_from_parse(parsed), parsed.reasoning_complete is False
+
+
+def message_from_parse(parsed) -> Message:
+    """The assistant message a parsed turn (:class:`rllm_renderers.parsing.TextParse`) holds."""
     message: Message = {"role": "assistant", "content": parsed.content or ""}
     if parsed.reasoning is not None:
         message["reasoning_content"] = parsed.reasoning
@@ -151,7 +157,7 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
             {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
             for index, call in enumerate(parsed.calls)
         ]
-    return message, parsed.reasoning_complete is False
+    return message
 
 
 def renders_by_call_ids(renderer: "GeneratedRenderer", history: History, sampled: Message, new, tools, render) -> bool:
@@ -280,49 +286,117 @@ def bridge_turn(
     template_tools = renderer.template_tools(tools)
     remembered = recalled.history if recalled else None
     history, known = history_of(renderer, remembered, messages, template_tools)
-    if history is None:
+    turn = BridgePoint(renderer, prompt, recalled, completion, new, new_inputs, tools)
+    if history is None:  # a prompt the renderer did not produce (an inference server's): read it back
+        return bridge_from_recovered(turn, template_tools)
+    bridged = turn.bridge(history, known, remembered, messages is not None)
+    if bridged is None:
         return None
-    kept = closed_completion(renderer, completion)
-    parsed = sampled_turn_as_message(renderer, kept, tools) if kept else None
-    if parsed is None:
-        return None
-    sampled, guessed = parsed
-    try:
-        sampled_input = renderer.template_messages([sampled])
-    except ValueError:
-        return None  # the sampled turn as parsed is not a message the template takes
-    extended = History(history.messages + sampled_input + new_inputs, history.tools)
-    render = render_extended(renderer, history, extended)
-    if render is None:
-        return None
-    if renders_by_call_ids(renderer, history, sampled, new, tools, render):
-        return None
-    if not ends_like(renderer, prompt, render.prompt_text):
-        return no_generation_prompt_or_mismatch(renderer, prompt, history, messages)
-    if not known and not renders_previous_prompt(renderer, prompt, history, render, remembered, messages is not None):
-        if messages is None:
-            return None  # the prompt's own conversation renders otherwise with these tools
-        raise ValueError(
-            "previous_prompt_ids are not the template's rendering of `messages` with these `tools` (they "
-            "differ before the prompt's end); pass the conversation and tools the previous prompt was "
-            "rendered from (without the sampled turn)"
-        )
-    suffix_start = sampled_turn_end(
-        renderer,
-        render,
-        renderer.decode(kept),
-        len(history.messages),
-        rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, render),
-    )
-    if suffix_start is None:
-        return None
-    base = recalled.ids() if recalled else list(prompt)  # a fresh list the result takes over
-    base += kept
-    result = bridged_tokens(renderer, base, render, suffix_start, len(history.messages) + 1, new, extended)
-    if result is not None:
-        memory = History(extended.messages, extended.tools, render.full_text(), render.output.checkpoint)
-        renderer.prompt_histories.remember(result.token_ids, memory, extends=recalled)
+    result, memory = bridged
+    renderer.prompt_histories.remember(result.token_ids, memory, extends=recalled)
     return result
+
+
+def bridge_from_recovered(turn: "BridgePoint", template_tools: Any) -> RenderedTokens | None:
+    """The bridge from a prompt the renderer did not produce, on the conversation recovered from the
+    prompt's text (:mod:`rllm_renderers.recovery`): proven to encode to exactly the prompt, and
+    bridged only when every conversation the prompt cannot tell apart from it bridges alike."""
+    renderer = turn.renderer
+    try:
+        recovery = recover_conversation(renderer, renderer.decode(turn.prompt), turn.tools)
+    except Unrecoverable as exc:
+        explain_once(renderer, str(exc))
+        return None
+
+    def bridged_from(messages):
+        try:
+            history = History(list(renderer.template_messages(messages)), template_tools)
+        except ValueError:
+            return None
+        return turn.bridge(history, False, None, True, strict=True)
+
+    bridged = bridged_from(recovery.messages)
+    if bridged is None:
+        # (as with a caller's messages: mostly a template that rewrites the sampled turn, a normal None)
+        explain_once(renderer, "no bridge on the recovered conversation either", always_debug=True)
+        return None
+    result, memory = bridged
+    for variant in recovery.variants:
+        other = bridged_from(variant)
+        if other is not None and list(other[0].token_ids) != list(result.token_ids):
+            explain_once(renderer, "hidden: a field the prompt does not show changes the next turn's tokens")
+            return None
+    renderer.prompt_histories.remember(result.token_ids, memory)
+    return result
+
+
+class BridgePoint(NamedTuple):
+    """One call of the bridge: the previous prompt (and what the renderer remembers of it), the
+    completion, and the new messages (as given and as the template takes them)."""
+
+    renderer: "GeneratedRenderer"
+    prompt: list[int]
+    recalled: Recalled | None
+    completion: list[int]
+    new: list[Message]
+    new_inputs: list
+    tools: Any
+
+    def bridge(
+        self, history: History, known: bool, remembered: History | None, messages_given: bool, *, strict: bool = False
+    ) -> "tuple[BridgedTokens, History] | None":
+        """The bridged tokens on ``history`` and what to remember of them; None as the contract says.
+
+        ``known``: the history is the prompt's (remembered); else it must prove to be
+        (:func:`renders_previous_prompt`; ``strict``: on every token, also under "verbatim"), and a
+        caller's ``messages`` (``messages_given``) that does not is a ValueError, a recovered one None.
+        """
+        renderer, prompt, completion, new = self.renderer, self.prompt, self.completion, self.new
+        kept = closed_completion(renderer, completion)
+        parsed = sampled_turn_as_message(renderer, kept, self.tools) if kept else None
+        if parsed is None:
+            return None
+        sampled, guessed = parsed
+        try:
+            sampled_input = renderer.template_messages([sampled])
+        except ValueError:
+            return None  # the sampled turn as parsed is not a message the template takes
+        extended = History(history.messages + sampled_input + self.new_inputs, history.tools)
+        render = render_extended(renderer, history, extended)
+        if render is None:
+            return None
+        if renders_by_call_ids(renderer, history, sampled, new, self.tools, render):
+            return None
+        if not ends_like(renderer, prompt, render.prompt_text):
+            if strict:
+                return None
+            return no_generation_prompt_or_mismatch(renderer, prompt, history, history.messages if messages_given else None)
+        if not known and not renders_previous_prompt(
+            renderer, prompt, history, render, remembered, messages_given and not strict
+        ):
+            if not messages_given or strict:
+                return None  # the prompt's own conversation renders otherwise with these tools
+            raise ValueError(
+                "previous_prompt_ids are not the template's rendering of `messages` with these `tools` (they "
+                "differ before the prompt's end); pass the conversation and tools the previous prompt was "
+                "rendered from (without the sampled turn)"
+            )
+        suffix_start = sampled_turn_end(
+            renderer,
+            render,
+            renderer.decode(kept),
+            len(history.messages),
+            rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, render),
+        )
+        if suffix_start is None:
+            return None
+        recalled = self.recalled
+        base = recalled.ids() if recalled else list(prompt)  # a fresh list the result takes over
+        base += kept
+        result = bridged_tokens(renderer, base, render, suffix_start, len(history.messages) + 1, new, extended)
+        if result is None:
+            return None
+        return result, History(extended.messages, extended.tools, render.full_text(), render.output.checkpoint)
 
 
 class ExtendedRender(NamedTuple):

@@ -39,9 +39,8 @@ from compiler.conversations import conversation_cases
 from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
-from rllm_renderers.bridge import close_end, first_stop_end
 from tests.families import ALL_FAMILIES, assert_turns_checked, with_gaps
-from tests.turn_sampling import reasoned_turn, sampled_turn
+from tests.turn_sampling import reasoned_turn, sampled_turn, template_suffix
 
 CASES = int(os.environ.get("BRIDGE_CASES", "40"))
 
@@ -90,23 +89,6 @@ class BridgeAudit:
         except (OracleRejected, ValueError):
             return None
         return text, ids
-
-    def template_suffix(self, renderer, history, assistant, new, tools, full_text) -> list[int] | None:
-        """The template's tokens for the new messages after the history: the oracle's text from the
-        end of the sampled turn's close on (the turn's span comes from the renderer's message marks,
-        on the same text; the close is its last stop token, else its last added token), encoded."""
-        output = renderer._render_output(history + [assistant] + new, tools, True)
-        if output.text() != full_text:
-            return None
-        starts = {index: offset for offset, index in reversed(output.message_spans())}
-        turn, following = starts.get(len(history)), starts.get(len(history) + 1)
-        if turn is None:
-            return None
-        if following is None:  # the template writes the new messages inside the turn (Gemma-4)
-            end = first_stop_end(renderer, full_text, turn)
-        else:
-            end = close_end(renderer, full_text, turn, following)
-        return None if end is None else self.tokenizer.encode(full_text[end:], add_special_tokens=False)
 
     # --- one episode --------------------------------------------------------------------
 
@@ -196,8 +178,8 @@ class BridgeAudit:
         extends = full is not None and full[1][: len(kept)] == kept
         expected = None
         if full is not None and (extends or self.retention == "verbatim"):
-            suffix = full[1][len(kept) :] if extends else self.template_suffix(
-                renderer, history, assistant, new, tools, full[0]
+            suffix = full[1][len(kept) :] if extends else template_suffix(
+                renderer, self.tokenizer, history, assistant, new, tools, full[0]
             )
             expected = None if suffix is None else kept + suffix
             self.counts["extends"] += extends

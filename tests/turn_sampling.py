@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from rllm_renderers.bridge import close_end, first_stop_end
+
 
 def sampled_turn(renderer, history, assistant, tools, new=None):
     """``(prompt ids, completion ids)``: the assistant turn as the template renders it after the
@@ -74,3 +76,22 @@ def reasoned_turn(renderer, history, assistant, tools):
     stops = set(renderer.get_stop_token_ids())
     stop = next((k for k, token in enumerate(ids) if token in stops), None)
     return None if stop is None else (prompt, ids[: stop + 1])
+
+
+def template_suffix(renderer, tokenizer, history, assistant, new, tools, full_text) -> list[int] | None:
+    """The template's tokens for the new messages after the history: ``full_text`` (the template's
+    render of history + turn + new, with the generation prompt) from the end of the sampled turn's
+    close on (the turn's span comes from the renderer's message marks, on the same text; the close
+    is its last stop token, else its last added token), encoded."""
+    output = renderer._render_output(history + [assistant] + new, tools, True)
+    if output.text() != full_text:
+        return None
+    starts = {index: offset for offset, index in reversed(output.message_spans())}
+    turn, following = starts.get(len(history)), starts.get(len(history) + 1)
+    if turn is None:
+        return None
+    if following is None:  # the template writes the new messages inside the turn (Gemma-4)
+        end = first_stop_end(renderer, full_text, turn)
+    else:
+        end = close_end(renderer, full_text, turn, following)
+    return None if end is None else tokenizer.encode(full_text[end:], add_special_tokens=False)

@@ -1,0 +1,421 @@
+"""The conversation behind a prompt the renderer did not produce (an inference server's render).
+
+Engines such as rLLM's gateway let the inference server render the first prompt of a session
+and then ask the renderer to bridge from it with ids alone. The bridge needs the history the
+prompt was rendered from (template state such as a tool-output block already opened, or the
+last user query, comes from it), so it recovers that history from the prompt itself:
+
+1. **Split.** The prompt's text is read as a sequence of messages, one at a time. A system,
+   user or tool message is a *needle*: the template renders the candidate conversation with a
+   unique placeholder as that message's content, and the render, with each placeholder turned
+   into a capture group and the rest escaped, must match the prompt's text from its start up to
+   that message's content. An assistant turn is read the way a sampled turn is: from the
+   template's turn opening to the turn's first stop, parsed with the learned reasoning and
+   tool-call syntax (or, failing that, as one content placeholder parsed afterwards).
+2. **Match.** A candidate conversation is complete when its render with the generation prompt
+   matches the whole text; the captures give the needles' contents.
+3. **Prove.** The bridge then treats the recovered conversation as a caller's ``messages=``
+   that it cannot vouch for: the template's render of it must encode to exactly the prompt's
+   ids (:func:`rllm_renderers.bridge.renders_previous_prompt`), in both retention policies.
+4. **Hidden fields.** A prompt does not show everything a message holds (which tool call a
+   result answers, reasoning the template dropped, content it never writes). Each such field
+   is given other values (:func:`hidden_variants`); a variant whose render is still the prompt's
+   text is a conversation the prompt cannot tell apart from the recovered one, and the bridge
+   goes on only when every such variant gives the same tokens.
+
+A prompt that cannot be split, matched or proven gets no bridge (None), with the reason logged
+once per renderer class. Cost: a few template runs per message of the prompt, once per prompt
+the renderer has not seen (its later prompts are the bridge's own, which it remembers).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import template_runtime as jinja
+from .parsing import parse_text
+from .types import Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import GeneratedRenderer
+
+logger = logging.getLogger(__name__)
+
+#: Placeholders (private-use characters around a number) no prompt holds and no template changes.
+NEEDLE_OPEN, NEEDLE_CLOSE = "\ue000", "\ue001"
+NEEDLE = re.compile(f"{NEEDLE_OPEN}(\\d+){NEEDLE_CLOSE}")
+#: Template runs one recovery may spend before it gives up (a prompt of n messages needs about 4n).
+RUN_BUDGET = 4000
+ROLES_READ_AS_NEEDLES = ("system", "user", "tool")
+HISTORY_CLOSES_TRIED = 4  # where a history turn may end: its first few closes
+FILLER = 999_999  # the placeholder of a message added only so that the template renders the others
+_explained: set[tuple[type, str]] = set()
+
+
+def needle(number: int) -> str:
+    return f"{NEEDLE_OPEN}{number}{NEEDLE_CLOSE}"
+
+
+class Recovery(NamedTuple):
+    """A conversation recovered from a prompt's text, and others the text cannot tell apart from it."""
+
+    messages: list[Message]
+    variants: list[list[Message]]
+
+
+class Unrecoverable(Exception):
+    """The prompt's text cannot be read back into a conversation (the message says why)."""
+
+
+def explain_once(renderer: "GeneratedRenderer", reason: str, *, always_debug: bool = False) -> None:
+    """Log why a prompt the renderer did not render gets no bridge: as a warning once per renderer
+    class and kind of reason, at debug level every time."""
+    key = (type(renderer), reason.split(":")[0])
+    level = logging.DEBUG if key in _explained or always_debug else logging.WARNING
+    _explained.add(key)
+    logger.log(level, "%s: no bridge from a prompt it did not render: %s", type(renderer).__name__, reason)
+
+
+# --- renders with placeholders ---------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """Messages read so far: dicts whose placeholders (``needle(n)``) stand for text not yet known."""
+
+    messages: list[Message]
+    needles: int = 0
+    position: int = -1  # where in the text the last message's header ends (each message moves it on)
+
+    def with_message(self, message: Message, position: int, needles: int = 0) -> "Candidate":
+        return Candidate([*self.messages, message], self.needles + needles, position)
+
+
+class Reader:
+    """Splits one prompt's text into messages (see the module docstring)."""
+
+    def __init__(self, renderer: "GeneratedRenderer", text: str, template_tools: Any, tools: Any) -> None:
+        self.renderer = renderer
+        self.text = text
+        self.template_tools = template_tools
+        self.tools = tools
+        self.runs = 0
+        self.opening = renderer.turn_opening()
+        self.stops = tuple(stop for stop in (renderer.TURN.stop_tokens if renderer.TURN else ()) if stop)
+        boundaries = sorted({*self.stops, self.opening.strip(), *self.markers()} - {""}, key=len, reverse=True)
+        # (and a message's text is never empty: else any number of empty messages would fit)
+        self.capture = f"(?:(?!{'|'.join(map(re.escape, boundaries))}).)+?" if boundaries else ".+?"
+
+    def markers(self) -> set[str]:
+        """The tokenizer's added tokens the template itself writes around messages (found in a render
+        of one message of each role): a message's text holding one would be ambiguous."""
+        roles = [role for role in ("system", "user", "assistant") if role in (self.renderer.ROLES or (role,))]
+        probe = [{"role": role, "content": needle(number)} for number, role in enumerate(roles)]
+        output = self.render([*probe, {"role": "user", "content": needle(len(probe))}], True)
+        literal = NEEDLE.sub("", output.text()) if output is not None else ""
+        # (not runs of white space or plain words, which tokenizers such as Gemma's also add)
+        return {
+            token
+            for token in self.renderer.encoder.added_token_strings
+            if token.strip() and not token.strip().isalnum() and token in literal
+        }
+
+    # a render of candidate messages, as text and as the message spans the template marked
+    def render(self, messages: list[Message], add_generation_prompt: bool):
+        self.runs += 1
+        if self.runs > RUN_BUDGET:
+            raise Unrecoverable(f"budget: more than {RUN_BUDGET} template runs")
+        try:
+            inputs = self.renderer.template_messages(messages)
+            return self.renderer._run_template(inputs, self.template_tools, add_generation_prompt)
+        except ValueError:  # the template refuses this candidate
+            return None
+
+    def render_start(self, messages: list[Message]):
+        """A render of the first messages of a conversation, to compare with the text's start. A
+        template that refuses a conversation for what it lacks so far ("No user query found") gets
+        a user message after them, which the comparison stops before."""
+        output = self.render(messages, False)
+        if output is None:
+            output = self.render([*messages, {"role": "user", "content": needle(FILLER)}], False)
+        return output
+
+    def pattern(self, rendered: str) -> str:
+        """A regular expression for ``rendered``: its placeholders are captures (a placeholder the
+        template writes again must capture the same text), the rest literal. A capture never runs
+        across a turn boundary (a stop, or the turn opening): a message's text that holds one is
+        read as the turns it spells out, or not at all."""
+        parts, seen, position = [], set(), 0
+        for match in NEEDLE.finditer(rendered):
+            parts.append(re.escape(rendered[position : match.start()]))
+            number = match.group(1)
+            parts.append(f"(?P=n{number})" if number in seen else f"(?P<n{number}>{self.capture})")
+            seen.add(number)
+            position = match.end()
+        parts.append(re.escape(rendered[position:]))
+        return "".join(parts)
+
+    def matches_prefix(self, rendered: str) -> re.Match | None:
+        return re.compile(self.pattern(rendered), re.DOTALL).match(self.text)
+
+    # the steps of the search
+    def read(self) -> list[Message]:
+        """The conversation whose render with the generation prompt is the text (Unrecoverable if none)."""
+        found = self.search(Candidate([]))
+        if found is None:
+            raise Unrecoverable("split: no conversation the template renders to this prompt's text")
+        return found
+
+    def search(self, candidate: Candidate) -> list[Message] | None:
+        if candidate.messages:
+            complete = self.complete(candidate)
+            if complete is not None:
+                return complete
+        for extended in self.next_messages(candidate):
+            found = self.search(extended)
+            if found is not None:
+                return found
+        return None
+
+    def complete(self, candidate: Candidate) -> list[Message] | None:
+        """The candidate with its placeholders filled, when its whole render is the text."""
+        output = self.render(candidate.messages, True)
+        if output is None:
+            return None
+        match = re.compile(self.pattern(output.text()), re.DOTALL).fullmatch(self.text)
+        if match is None:
+            return None
+        values = {int(name[1:]): value for name, value in match.groupdict().items()}
+        return [fill(message, values) for message in candidate.messages]
+
+    def next_messages(self, candidate: Candidate):
+        """Candidates one message longer whose render, up to the new message's content, starts the text."""
+        number = candidate.needles
+        for role in self.renderer.ROLES or ("system", "user", "assistant", "tool"):
+            if role not in ROLES_READ_AS_NEEDLES:
+                continue
+            message = needle_message(role, needle(number), candidate.messages)
+            output = self.render_start([*candidate.messages, message])
+            if output is None:
+                continue
+            rendered = output.text()
+            at = rendered.find(needle(number))
+            match = self.matches_prefix(rendered[:at]) if at >= 0 else None
+            if match is not None and match.end() > candidate.position:
+                yield candidate.with_message(message, match.end(), 1)
+        if "assistant" in (self.renderer.ROLES or ("assistant",)):
+            yield from self.assistant_turns(candidate)
+
+    def assistant_turns(self, candidate: Candidate):
+        """The candidate followed by the assistant turn the text holds next, read as a sampled turn
+        (from the turn opening to its first stop, parsed), and as one content placeholder.
+
+        The turn's header is looked at in two renders, as the last message and followed by a user
+        message (a template may write a history turn's header otherwise: Qwen3.5 drops the empty
+        reasoning block); the opening read is what both and the generation prompt share."""
+        number = candidate.needles
+        placeholder = {"role": "assistant", "content": needle(number)}
+        follower = {"role": "user", "content": needle(FILLER)}
+        forms = []  # (text before the turn, header up to the placeholder, close after it)
+        for messages in ([*candidate.messages, placeholder], [*candidate.messages, placeholder, follower]):
+            output = self.render(messages, False)
+            if output is None:
+                continue
+            rendered = output.text()
+            starts = [offset for offset, index in output.message_spans() if index == len(candidate.messages)]
+            at = rendered.find(needle(number))
+            if starts and at >= starts[0]:
+                after = [offset for offset, index in output.message_spans() if offset > at]
+                close = rendered[at + len(needle(number)) : after[0] if after else len(rendered)]
+                forms.append((rendered[: starts[0]], rendered[starts[0] : at], close.strip()))
+        if not forms:
+            return
+        opening = self.opening
+        for _, header, _ in forms:
+            opening = common_prefix(header, opening)
+        closes = sorted({close for _, _, close in forms})
+        starts = set()
+        for before, _, _ in forms:
+            match = self.matches_prefix(before + opening) if opening else None
+            if match is not None and match.end() > candidate.position and match.end() not in starts:
+                starts.add(match.end())
+                for turn in self.sampled_turns(match.end(), opening, closes):
+                    yield candidate.with_message(turn, match.end())
+        for before, header, _ in forms:
+            match = self.matches_prefix(before + header)
+            if match is not None and match.end() > candidate.position:
+                yield candidate.with_message(placeholder, match.end(), 1)
+                return
+
+    def sampled_turns(self, start: int, opening: str, closes: list[str]):
+        """The assistant messages the turn at ``start`` of the text may hold: read up to its first
+        stop, or up to one of the next few places where the template's close of a history turn
+        (one of ``closes``) stands (gpt-oss ends a history turn with ``<|end|>``, which the model does not
+        sample, and writes its reasoning as a message of its own before it)."""
+        ends = {}
+        stops = [(at, stop) for at, stop in ((self.text.find(stop, start), stop) for stop in self.stops) if at >= 0]
+        if stops:
+            at, stop = min(stops)
+            ends[at] = stop
+        for close in filter(None, closes):
+            position = start
+            for _ in range(HISTORY_CLOSES_TRIED):
+                at = self.text.find(close, position)
+                if at < 0:
+                    break
+                ends.setdefault(at, "")
+                position = at + len(close)
+        for end in sorted(ends):
+            message = turn_message(self.renderer, self.text[start:end], ends[end], opening, self.tools)
+            if message is not None:
+                yield message
+
+
+def common_prefix(first: str, second: str) -> str:
+    length = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        length += 1
+    return first[:length]
+
+
+def needle_message(role: str, content: str, earlier: list[Message]) -> Message:
+    """A message of ``role`` with ``content``; a tool result answers the next unanswered call of
+    the last assistant turn (by its id and name), as a caller's would."""
+    message: Message = {"role": role, "content": content}
+    if role == "tool":
+        call = unanswered_call(earlier)
+        if call is not None:
+            message["tool_call_id"] = call.get("id")
+            message["name"] = call.get("function", {}).get("name")
+    return message
+
+
+def unanswered_call(messages: list[Message]) -> dict | None:
+    answered = 0
+    for message in reversed(messages):
+        if message.get("role") == "tool":
+            answered += 1
+        elif message.get("role") == "assistant":
+            calls = message.get("tool_calls") or []
+            return calls[answered] if answered < len(calls) else None
+        else:
+            return None
+    return None
+
+
+def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: str, tools: Any) -> Message | None:
+    """The assistant message a turn's text (after the opening, before its stop) encodes, parsed as
+    ``parse_response`` parses a sampled turn; None when it does not parse cleanly."""
+    turn = renderer.TURN
+    lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
+    lead = lead if turn.close else turn.after_close
+    close_lead = ""
+    if lead and text.endswith(lead):
+        text, close_lead = text[: len(text) - len(lead)], lead
+    content_lead = turn.content_lead
+    if tools and turn.content_lead_with_tools is not None:
+        content_lead = turn.content_lead_with_tools
+    if content_lead and text.startswith(content_lead):
+        text = text[len(content_lead) :]
+    reasoning = renderer.REASONING
+    if reasoning is not None and reasoning.in_content:
+        reasoning = None  # the template reads the block out of the content itself
+    parsed = parse_text(
+        text,
+        reasoning=reasoning,
+        tool_calls=renderer.TOOL_CALLS,
+        reasoning_prefilled=renderer._reasoning_prefilled(opening),
+        tools=tools,
+        close_lead=close_lead,
+    )
+    from .bridge import RENDERABLE_CALLS, message_from_parse
+
+    if any(call.status not in RENDERABLE_CALLS for call in parsed.calls) or parsed.reasoning_complete is False:
+        return None
+    return message_from_parse(parsed)
+
+
+def fill(message: Message, values: dict[int, str]) -> Message:
+    """``message`` with each placeholder replaced by its captured text ("" for one the template
+    never wrote, which :func:`hidden_variants` then varies); an assistant placeholder's text is
+    parsed into the turn it holds."""
+
+    def filled(text: str) -> str:
+        return NEEDLE.sub(lambda match: values.get(int(match.group(1)), ""), text)
+
+    return {key: filled(value) if isinstance(value, str) else value for key, value in message.items()}
+
+
+def structured_turns(renderer: "GeneratedRenderer", messages: list[Message], tools: Any) -> list[Message]:
+    """``messages`` with each assistant turn read as one content text parsed into the turn it holds
+    (reasoning, tool calls), where it parses cleanly and differs."""
+    structured = []
+    for message in messages:
+        if message.get("role") == "assistant" and not message.get("tool_calls") and isinstance(message.get("content"), str):
+            parsed = turn_message(renderer, message["content"], "", "", tools)
+            if parsed is not None and parsed != {"role": "assistant", "content": message["content"]}:
+                message = parsed
+        structured.append(message)
+    return structured
+
+
+# --- what the prompt hides ---------------------------------------------------------------------
+
+
+def hidden_variants(messages: list[Message], hidden_contents: set[int]) -> list[list[Message]]:
+    """Conversations that differ from ``messages`` only in fields a prompt may not show: the calls'
+    ids in reverse order (which result answers which call), a reasoning text on every assistant turn
+    without one, other text for contents the template never wrote (``hidden_contents``: indices)."""
+    variants = []
+    reversed_ids = [reverse_call_ids(message) for message in messages]
+    if reversed_ids != messages:
+        variants.append(reversed_ids)
+    reasoned = [
+        {**message, "reasoning_content": "\ue002"}
+        if message.get("role") == "assistant" and not message.get("reasoning_content")
+        else message
+        for message in messages
+    ]
+    if reasoned != messages:
+        variants.append(reasoned)
+    if hidden_contents:
+        variants.append(
+            [{**message, "content": "\ue003"} if index in hidden_contents else message for index, message in enumerate(messages)]
+        )
+    return variants
+
+
+def reverse_call_ids(message: Message) -> Message:
+    calls = message.get("tool_calls") or []
+    if message.get("role") != "assistant" or len(calls) < 2:
+        return message
+    ids = [call.get("id") for call in calls][::-1]
+    return {**message, "tool_calls": [{**call, "id": ids[index]} for index, call in enumerate(calls)]}
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+
+def recover_conversation(renderer: "GeneratedRenderer", prompt_text: str, tools: Any) -> Recovery:
+    """The conversation the prompt's text was rendered from, and the variants it cannot tell apart
+    from it; Unrecoverable (with the reason) when the text cannot be read back."""
+    if renderer.TURN is None:
+        raise Unrecoverable("no turn format")
+    template_tools = renderer.template_tools(tools)
+    reader = Reader(renderer, prompt_text, template_tools, tools)
+    messages = reader.read()
+    hidden = {
+        index
+        for index, message in enumerate(messages)
+        if message.get("content") == "" and message.get("role") in ROLES_READ_AS_NEEDLES
+    }
+    variants = hidden_variants(messages, hidden)
+    structured = structured_turns(renderer, messages, tools)
+    if structured != messages:  # an assistant turn read as one text: the turn it holds is another reading
+        messages, variants = structured, [messages, *variants]
+    return Recovery(messages, variants)
