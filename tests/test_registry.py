@@ -129,11 +129,16 @@ def test_drifted_template_falls_through_with_a_warning(caplog):
 
 
 def test_model_only_prime_knows_resolves_to_prime():
+    # (a model renderers maps to a family the project has resolves to the generated renderer:
+    # tests/test_engine_entry_points.py)
     needs("renderers")
-    resolution = resolve("Qwen/Qwen3-4B", tokenizer("qwen3"))
-    assert (resolution.source, resolution.name) == ("prime", "qwen3")
+    resolution = resolve("PrimeIntellect/Qwen3-0.6B", tokenizer("qwen3"))
+    assert (resolution.source, resolution.name) == ("prime", "prime-qwen3")
     resolution = resolve("deepseek-ai/DeepSeek-R1", tokenizer("dsv3"))
     assert (resolution.source, resolution.name) == ("prime", "deepseek-r1")
+    # their renderer for this exact model, though the tokenizer is the one qwen3_5 was verified with
+    resolution = resolve("Qwen/Qwen3.6-35B-A3B", tokenizer("qwen35"))
+    assert (resolution.source, resolution.name) == ("prime", "qwen3.6")
 
 
 def test_drifted_template_of_a_prime_model_resolves_to_prime():
@@ -241,10 +246,12 @@ def test_chat_template_kwargs_become_generated_knobs():
 
 def test_chat_template_kwargs_for_prime():
     needs("renderers")
-    renderer = get_renderer("Qwen/Qwen3-4B", tokenizer("qwen3"), chat_template_kwargs={"enable_thinking": False})
+    # (a model of a family renderers has and the project lacks: Qwen3.6)
+    model = "Qwen/Qwen3.6-35B-A3B"
+    renderer = get_renderer(model, tokenizer("qwen35"), chat_template_kwargs={"enable_thinking": False})
     assert renderer.config.enable_thinking is False
     with pytest.raises(ValueError, match="Unsupported chat_template_kwargs"):
-        resolve("Qwen/Qwen3-4B", tokenizer("qwen3"), chat_template_kwargs={"no_such_knob": 1})
+        resolve(model, tokenizer("qwen35"), chat_template_kwargs={"no_such_knob": 1})
 
 
 def test_chat_template_kwargs_for_the_chat_template_adapter():
