@@ -35,5 +35,4 @@ def create_renderer(tokenizer: Any, renderer: str | None = AUTO, **config: Any) 
     """The renderer for ``tokenizer`` (see the module docstring); errors as ``resolve`` raises them."""
     if tokenizer is None:
         raise TypeError("create_renderer needs a tokenizer; for text-only use call resolve(model, None)")
-    chosen = None if renderer in (None, AUTO) else renderer
-    return resolve(name_or_path(tokenizer), tokenizer, renderer=chosen, **config).renderer
+    return resolve(name_or_path(tokenizer), tokenizer, renderer=renderer, **config).renderer

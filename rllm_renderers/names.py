@@ -7,9 +7,15 @@ has to offer. Nothing here reads files or the network.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["PRIME_FAMILIES", "generated_family_for_prime", "model_spellings", "prime_family_of"]
+__all__ = ["PRIME_FAMILIES", "generated_family_for_prime", "model_spellings", "prime_family_of", "prime_model_map"]
 
 #: PrimeIntellect ``renderers`` family (its ``MODEL_RENDERER_MAP`` values and config names) -> the
 #: generated module rendering the same chat template. A family is listed only where its model
@@ -46,12 +52,44 @@ def generated_family_for_prime(family: str) -> str | None:
 def prime_family_of(model: str) -> str | None:
     """The family PrimeIntellect's ``MODEL_RENDERER_MAP`` gives ``model`` (exact name), or None,
     also when ``renderers`` is not installed."""
-    try:
-        from .adapters.prime import family_for_model
+    return prime_model_map().get(model)
 
-        return family_for_model(model)
+
+def prime_model_map() -> Mapping[str, str]:
+    """PrimeIntellect's ``MODEL_RENDERER_MAP`` ({} without ``renderers``).
+
+    Importing ``renderers`` takes about 2 s, so unless it is imported already the map is read as a
+    literal from its ``base.py`` (about 40 ms, cached; never executed), and only a map that is
+    not a literal there costs the import."""
+    loaded = sys.modules.get("renderers.base")
+    if loaded is not None:
+        return loaded.MODEL_RENDERER_MAP
+    try:
+        spec = importlib.util.find_spec("renderers")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    return _model_map_from_source(Path(next(iter(spec.submodule_search_locations))) / "base.py")
+
+
+@functools.lru_cache(maxsize=None)
+def _model_map_from_source(path: Path) -> Mapping[str, str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [None])[0]
+            if getattr(target, "id", None) == "MODEL_RENDERER_MAP" and node.value is not None:
+                value = ast.literal_eval(node.value)
+                if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+                    return value
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        pass
+    try:  # not a literal in this version: the import it is
+        from renderers.base import MODEL_RENDERER_MAP
     except ImportError:
-        return None
+        return {}
+    return MODEL_RENDERER_MAP
 
 
 def model_spellings(model: str) -> tuple[str, ...]:

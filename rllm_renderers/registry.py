@@ -219,17 +219,13 @@ def _named_entries(model: str) -> list[GeneratedEntry]:
     listed = [e for e in entries if any(name in e.model_ids for name in names)]
     if listed:
         return listed
-    for name in names:
-        family = generated_family_for_prime(prime_family_of(name) or "")
-        if family is not None:
-            return [e for e in entries if e.family == family]
-    return []
+    family = generated_family_for_prime(_prime_family(model) or "")
+    return [e for e in entries if e.family == family]
 
 
-def _prime_only_name(model: str) -> str | None:
-    """A family PrimeIntellect's model map gives ``model`` and the project has no renderer for."""
-    family = prime_family_of(model)
-    return family if family is not None and generated_family_for_prime(family) is None else None
+def _prime_family(model: str) -> str | None:
+    """The family PrimeIntellect's model map gives ``model`` (its first spelling there), or None."""
+    return next(filter(None, map(prime_family_of, model_spellings(model))), None)
 
 
 @dataclass(frozen=True)
@@ -247,7 +243,8 @@ def _generated_without_template(model: str, tokenizer: Any) -> _ContentMatch:
     agreeing = [e for e in named if fingerprint is None or e.tokenizer_fingerprint in (None, fingerprint)]
     if agreeing:
         return _ContentMatch(agreeing[0])
-    if tokenizer is not None and _prime_only_name(model) is not None:
+    family = _prime_family(model)
+    if tokenizer is not None and family is not None and generated_family_for_prime(family) is None:
         return _ContentMatch(None)  # their renderer for this exact model (step 3) beats a tokenizer match
     fitting = [e for e in generated_index() if fingerprint is not None and e.tokenizer_fingerprint == fingerprint]
     if len(fitting) == 1:
@@ -311,14 +308,14 @@ def _build_generated(
 
 
 def _try_prime(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution | None:
+    family = _prime_family(model)
+    if family is None:  # (known without importing renderers)
+        return None
     try:
         from .adapters import prime
     except ImportError:
         return None
     try:
-        family = prime.family_for_model(model)
-        if family is None:
-            return None
         prime.config_for(family, kwargs)  # an unsupported kwarg raises ValueError, as for generated
     except ImportError:
         logger.debug("renderers (the prime extra) is not installed")
@@ -512,7 +509,7 @@ def resolve(
     tokens: only for callers that prefer some renderer to none).
     """
     kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs, knobs, thinking_retention)
-    if renderer is not None:
+    if renderer is not None and renderer != "auto":  # "auto": PrimeIntellect's name for no override
         return _with_retention(_explicit(renderer, model, tokenizer, kwargs, thinking_retention), thinking_retention)
     template = chat_template_of(tokenizer)
     match = _ContentMatch(_generated_by_template(model, template)) if template is not None else None

@@ -294,6 +294,27 @@ def outcome_without_tokenizer(model: str) -> str:
     return resolution.name
 
 
+def test_prime_s_renderer_for_an_exact_model_beats_a_tokenizer_match_whatever_the_spelling():
+    prime_map()  # skips without the extra
+    # Qwen3.6 ships another template on the tokenizer qwen3_5 was verified with
+    assert outcome(tokenizer("qwen35"), "/models/Qwen/Qwen3.6-35B-A3B") == ("prime", "qwen3.6")
+
+
+def test_reading_prime_s_model_map_does_not_import_renderers():
+    prime_map()  # skips without the extra (then there is nothing to import)
+    code = (
+        "import sys\n"
+        "from rllm_renderers import resolve\n"
+        "from rllm_renderers.loading import load_tokenizer\n"
+        f"tok = load_tokenizer({str(corpus_path('dsv4'))!r})\n"
+        "print(resolve('deepseek-ai/DeepSeek-V4-Flash-0731', tok).name, 'renderers' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["deepseek_v4", "False"]  # its map read as a literal: 40 ms, not a 2 s import
+
+
 # --- create_renderer: PrimeIntellect's factory shape -------------------------------------------
 
 
