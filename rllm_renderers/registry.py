@@ -458,7 +458,8 @@ def _check_arguments(
     if retention is not None and retention not in RETENTION_POLICIES:
         raise ValueError(
             f"thinking_retention must be one of {RETENTION_POLICIES} (or None for the renderer's default), got "
-            f"{retention!r}" + (" (PrimeIntellect's name; 'verbatim' keeps sampled reasoning)" if retention == "all" else "")
+            f"{retention!r}"
+            + (" (PrimeIntellect's name; 'verbatim' keeps sampled reasoning)" if retention == "all" else "")
         )
     if chat_template_kwargs is None:
         return dict(knobs)

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from rllm_renderers import create_renderer, resolve  # noqa: E402
 from rllm_renderers.fingerprint import tokenizer_fingerprint  # noqa: E402
 from rllm_renderers.names import PRIME_FAMILIES, model_spellings  # noqa: E402
 from rllm_renderers.registry import AmbiguousRendererError, ResolutionError, generated_index  # noqa: E402
+from tests.isolation import no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 HELLO = [{"role": "user", "content": "Hello!"}]
@@ -90,24 +90,6 @@ def outcome(tok, model: str | None = None) -> tuple:
     except ResolutionError as exc:
         return ("unresolved", type(exc).__name__)
     return (resolution.source, resolution.name)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(self, *args, **kwargs):
-        raise AssertionError(f"network access attempted: connect{args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-
-
-@pytest.fixture
-def no_extras(monkeypatch):
-    """Neither the prime nor the tinker extra importable: resolution by content alone."""
-    for name in ("renderers", "tinker_cookbook", "tinker", "training"):
-        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            monkeypatch.setitem(sys.modules, loaded, None)
-        monkeypatch.setitem(sys.modules, name, None)
 
 
 # --- the fingerprint ---------------------------------------------------------------------------
@@ -310,7 +292,9 @@ def test_reading_prime_s_model_map_does_not_import_renderers():
         "print(resolve('deepseek-ai/DeepSeek-V4-Flash-0731', tok).name, 'renderers' in sys.modules)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["deepseek_v4", "False"]  # its map read as a literal: 40 ms, not a 2 s import
 
@@ -406,7 +390,9 @@ def test_create_renderer_is_exported_lazily():
         "print(sorted(m for m in ('jinja2', 'transformers', 'torch') if m in sys.modules))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

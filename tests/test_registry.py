@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from rllm_renderers.registry import Resolution, ResolutionError, generated_index, get_renderer, resolve  # noqa: E402
+from tests.isolation import no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 QWEN3_TEMPLATE = "Qwen__Qwen3-8B.jinja"
@@ -52,26 +52,6 @@ def tokenizer(folder: str, template: str | None = None, *, suffix: str = ""):
 
 def needs(module: str):
     return pytest.importorskip(module, reason=f"{module} (an optional extra) is not installed")
-
-
-@pytest.fixture
-def no_extras(monkeypatch):
-    """Neither the prime nor the tinker extra (nor Fireworks' cookbook) importable."""
-    for name in ("renderers", "tinker_cookbook", "tinker", "training"):
-        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            monkeypatch.setitem(sys.modules, loaded, None)
-        monkeypatch.setitem(sys.modules, name, None)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any socket connection (a Hub lookup, a vocab download) fails the test."""
-
-    def refuse(self, *args, **kwargs):
-        raise AssertionError(f"network access attempted: connect{args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
 
 # --- the generated index -------------------------------------------------------------------
