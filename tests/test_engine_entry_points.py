@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from rllm_renderers import create_renderer, resolve  # noqa: E402
 from rllm_renderers.fingerprint import tokenizer_fingerprint  # noqa: E402
 from rllm_renderers.names import PRIME_FAMILIES, model_spellings  # noqa: E402
 from rllm_renderers.registry import AmbiguousRendererError, ResolutionError, generated_index  # noqa: E402
-from tests.isolation import no_extras, no_network  # noqa: E402,F401 (fixtures)
+from tests.isolation import fresh_python, no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 HELLO = [{"role": "user", "content": "Hello!"}]
@@ -291,10 +290,7 @@ def test_reading_prime_s_model_map_does_not_import_renderers():
         f"tok = load_tokenizer({str(corpus_path('dsv4'))!r})\n"
         "print(resolve('deepseek-ai/DeepSeek-V4-Flash-0731', tok).name, 'renderers' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["deepseek_v4", "False"]  # its map read as a literal: 40 ms, not a 2 s import
 
@@ -378,23 +374,6 @@ def test_bad_knobs_and_retention_are_clear_errors():
     with pytest.raises(ValueError, match="needs a generated renderer"):
         resolve("acme/unknown", fallback, thinking_retention="verbatim")
     assert resolve("acme/unknown", fallback, thinking_retention="template").source == "chat_template"
-
-
-def test_create_renderer_is_exported_lazily():
-    code = (
-        "import sys, rllm_renderers\n"
-        "assert 'create_renderer' in rllm_renderers.__all__\n"
-        "f = rllm_renderers.create_renderer\n"
-        "from rllm_renderers.factory import create_renderer\n"
-        "assert f is create_renderer\n"
-        "print(sorted(m for m in ('jinja2', 'transformers', 'torch') if m in sys.modules))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
 
 
 # --- the compiler writes the fingerprints ------------------------------------------------------

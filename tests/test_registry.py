@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 import pickle
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -23,7 +22,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from rllm_renderers.registry import Resolution, ResolutionError, generated_index, get_renderer, resolve  # noqa: E402
-from tests.isolation import no_extras, no_network  # noqa: E402,F401 (fixtures)
+from tests.isolation import fresh_python, no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 QWEN3_TEMPLATE = "Qwen__Qwen3-8B.jinja"
@@ -286,11 +285,11 @@ def test_import_is_lazy():
         "r = rllm_renderers.resolve('Qwen/Qwen3-8B', None)\n"
         "assert r.source == 'generated' and r.renderer.render_text([{'role': 'user', 'content': 'x'}])\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+        "from rllm_renderers.factory import create_renderer\n"  # the engines' factory, exported lazily too
+        "assert 'create_renderer' in rllm_renderers.__all__ and rllm_renderers.create_renderer is create_renderer\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr
 
 
