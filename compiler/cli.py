@@ -11,7 +11,7 @@ from pathlib import Path
 from .emit import BLACK_MODE
 from .coverage import command_list
 from .errors import CompileError
-from .index import INDEX_FILE, index_is_current
+from .index import INDEX_FILE, index_is_current, recorded_fingerprints
 from .oracles import OracleUnavailable
 from .pipeline import (
     compile_source,
@@ -21,6 +21,7 @@ from .pipeline import (
     prepare_source,
     reference_oracle,
     source_drifted,
+    verified_fingerprint,
     verify_compiled,
 )
 from .source import IN_CHECKOUT, REPO_ROOT, override_paths, read_corpus_manifest, resolve_source
@@ -240,6 +241,7 @@ def command_check(args: argparse.Namespace) -> int:
         raise CompileError(f"--dir {args.dir} is not a folder of generated renderers")
     problems = 0
     files = generated_files(args.dir)
+    fingerprints: dict[str, str | None] = {}  # of the tokenizers the renderers verify with now
     with tempfile.TemporaryDirectory() as scratch:
         for path in files:
             renderer_class = load_generated_file(path)
@@ -251,6 +253,7 @@ def command_check(args: argparse.Namespace) -> int:
                 problems += 1
                 continue
             compiled = compile_source(source, module=path.stem, ladder_dir=args.dir)
+            fingerprints[path.stem] = verified_fingerprint(compiled)
             fresh = Path(scratch) / path.name
             fresh.write_text(compiled.code, encoding="utf-8")
             if fresh.read_bytes() != path.read_bytes():
@@ -258,8 +261,15 @@ def command_check(args: argparse.Namespace) -> int:
                 problems += 1
             else:
                 print(f"ok {path.name}")
-    if not index_is_current(args.dir, BLACK_MODE):
-        print(f"STALE {INDEX_FILE}: it does not list exactly the renderers in {args.dir} (regenerate one to rewrite it)")
+    if not index_is_current(args.dir, BLACK_MODE, fingerprints):
+        recorded = recorded_fingerprints(args.dir)
+        moved = sorted(module for module, value in fingerprints.items() if recorded.get(module) != value)
+        print(
+            f"STALE {INDEX_FILE}: it does not list exactly the renderers in {args.dir} (regenerate one to rewrite it)"
+            if not moved
+            else f"STALE {INDEX_FILE}: the tokenizer fingerprint of {', '.join(moved)} is not the one of the tokenizer "
+            "it verifies with (regenerate those to rewrite it)"
+        )
         problems += 1
     else:
         print(f"ok {INDEX_FILE}")

@@ -5,6 +5,13 @@ only the one module it needs, so import and first-resolve time stay flat however
 families are checked in. The compiler rewrites the index whenever it writes a generated file,
 and ``python -m compiler check`` fails when it is stale. The facts are read from each module's
 source (its class constants), without importing it.
+
+Beside them, ``TOKENIZER_FINGERPRINTS`` records, per module, the fingerprint
+(:func:`rllm_renderers.fingerprint.tokenizer_fingerprint`) of the real tokenizer the renderer was
+verified with, so ``resolve`` can recognise that tokenizer by content when it carries no chat
+template, whatever its checkpoint is called. A module verified without a real tokenizer (a
+template alone, or a synthetic one) has none. Writing the index for one module keeps the other
+modules' fingerprints as the index already records them; ``check`` recomputes them all.
 """
 
 from __future__ import annotations
@@ -18,8 +25,15 @@ import black
 from .errors import CompileError
 
 INDEX_FILE = "_index.py"
+#: The index's module -> tokenizer fingerprint table.
+FINGERPRINTS = "TOKENIZER_FINGERPRINTS"
+FINGERPRINTS_COMMENT = (
+    "# rllm_renderers.fingerprint.tokenizer_fingerprint of the real tokenizer each module was verified with\n"
+    "# (modules verified without one are absent): resolve() recognises a template-less tokenizer by it."
+)
 
-HEADER = '''"""Index of the generated renderers: module -> (class, template sha256, model ids).
+HEADER = '''"""Index of the generated renderers: module -> (class, template sha256, model ids), and
+module -> fingerprint of the tokenizer it was verified with (where it was verified with a real one).
 
 Written by the compiler (python -m compiler generate) with every generated file and checked by
 python -m compiler check; rllm_renderers.registry reads it to import only the module it needs.
@@ -62,21 +76,58 @@ def generated_modules(folder: Path) -> list[Path]:
     return sorted(path for path in folder.glob("*.py") if not path.name.startswith("_"))
 
 
-def index_source(folder: Path, mode: black.Mode, pending: dict[str, str] | None = None) -> str:
+def recorded_fingerprints(folder: Path) -> dict[str, str]:
+    """The tokenizer fingerprints ``folder``'s index records (none when it has no index, or an
+    index written before fingerprints were); read as a literal, never executed."""
+    path = folder / INDEX_FILE
+    if not path.is_file():
+        return {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise CompileError(f"{path} is not a generated index ({exc})") from None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [FINGERPRINTS]:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise CompileError(f"{path}: {FINGERPRINTS} is not a literal") from None
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise CompileError(f"{path}: {FINGERPRINTS} is not a dict of module -> fingerprint")
+            return value
+    return {}
+
+
+def index_source(
+    folder: Path,
+    mode: black.Mode,
+    pending: dict[str, str] | None = None,
+    fingerprints: dict[str, str | None] | None = None,
+) -> str:
     """The text of ``folder``'s index: every generated module, sorted by name (deterministic).
 
     ``pending`` maps file names about to be written to their text; they are indexed as if written.
+    ``fingerprints`` maps modules to the fingerprint of the tokenizer they were verified with
+    (None: verified without a real tokenizer); a module it does not name keeps the fingerprint the
+    index records for it.
     """
     pending = pending or {}
     paths = sorted({*generated_modules(folder), *(folder / name for name in pending)})
+    known = {**recorded_fingerprints(folder), **(fingerprints or {})}
     lines = [HEADER, "RENDERERS = {"]
-    for path in paths:
-        entry = module_entry(path, pending.get(path.name))
+    entries = [module_entry(path, pending.get(path.name)) for path in paths]
+    for entry in entries:
         lines.append(f"    {entry.module!r}: ({entry.class_name!r}, {entry.sha256!r}, {entry.model_ids!r}),")
+    lines += ["}", "", FINGERPRINTS_COMMENT, f"{FINGERPRINTS} = {{"]
+    for entry in entries:
+        if known.get(entry.module) is not None:
+            lines.append(f"    {entry.module!r}: {known[entry.module]!r},")
     lines.append("}")
     return black.format_str("\n".join(lines) + "\n", mode=mode)
 
 
-def index_is_current(folder: Path, mode: black.Mode) -> bool:
+def index_is_current(folder: Path, mode: black.Mode, fingerprints: dict[str, str | None] | None = None) -> bool:
+    """Whether ``folder``'s index lists exactly its modules and, for those ``fingerprints`` names,
+    exactly these tokenizer fingerprints."""
     path = folder / INDEX_FILE
-    return path.is_file() and path.read_text(encoding="utf-8") == index_source(folder, mode)
+    return path.is_file() and path.read_text(encoding="utf-8") == index_source(folder, mode, fingerprints=fingerprints)

@@ -312,10 +312,21 @@ def generate(
             )
         report.reference = against_reference
     path = out_dir / f"{compiled.spec.module}.py"
-    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code})
+    fingerprints = {compiled.spec.module: verified_fingerprint(compiled)}
+    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code}, fingerprints=fingerprints)
     write_atomically(path, compiled.code)
     write_atomically(out_dir / INDEX_FILE, index)
     return path, report, compiled
+
+
+def verified_fingerprint(prepared: Prepared) -> str | None:
+    """The fingerprint the index records for a renderer verified with ``prepared``: its real
+    tokenizer's, or None (verified against a template alone, or a synthetic tokenizer)."""
+    if prepared.tokenizer is None:
+        return None
+    from rllm_renderers.fingerprint import tokenizer_fingerprint
+
+    return tokenizer_fingerprint(prepared.tokenizer)
 
 
 def source_drifted(renderer_class: type, source: TemplateSource) -> bool:

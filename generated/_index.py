@@ -1,4 +1,5 @@
-"""Index of the generated renderers: module -> (class, template sha256, model ids).
+"""Index of the generated renderers: module -> (class, template sha256, model ids), and
+module -> fingerprint of the tokenizer it was verified with (where it was verified with a real one).
 
 Written by the compiler (python -m compiler generate) with every generated file and checked by
 python -m compiler check; rllm_renderers.registry reads it to import only the module it needs.
@@ -148,4 +149,23 @@ RENDERERS = {
         "19eacf64569032f07644ea92c8e2a87af06ee7008147557302c31e474912ca97",
         ("HuggingFaceTB/SmolLM3-3B",),
     ),
+}
+
+# rllm_renderers.fingerprint.tokenizer_fingerprint of the real tokenizer each module was verified with
+# (modules verified without one are absent): resolve() recognises a template-less tokenizer by it.
+TOKENIZER_FINGERPRINTS = {
+    "deepseek_v3": "ffdd7cd9d5dbab64b8794bd94b8dfddf39bd839f81452b1c6654fbad675851de",
+    "deepseek_v3_1": "ffdd7cd9d5dbab64b8794bd94b8dfddf39bd839f81452b1c6654fbad675851de",
+    "deepseek_v4": "e614781d03b28af8919283f8e1c1661699e7cc628cb746ba38ed6c08b9654bc1",
+    "gemma_3": "511515b8fd78296a0e7727be0079790c70cb8d6860f92694c525fb4f9a9b0158",
+    "gpt_oss": "abb2ebd32b52991952c5252f62ef136efbf317ff32c6d59a0527a708ff562c1a",
+    "gpt_oss_harmony": "abb2ebd32b52991952c5252f62ef136efbf317ff32c6d59a0527a708ff562c1a",
+    "llama_3_1": "98d6966b7644afbea1ef07735c32b3c3b0b476e87c4a3c8af55fbcf094a1e85a",
+    "llama_3_2": "98d6966b7644afbea1ef07735c32b3c3b0b476e87c4a3c8af55fbcf094a1e85a",
+    "minimax_m3": "d41c6d0611ca0835435e55f1ef1baee676affb9326b3afe53cc6df1cf4fe33b7",
+    "qwen2_5": "f8c1c63e2a75e3fa5780f357f5fbf9b2dbaa94430c4252edbf05612db80295fb",
+    "qwen3": "fc5ff2cfa0e07bb4a748ee9d7316adbcc8b10b0d1b245f298a696b8cd1cd3936",
+    "qwen3_5": "55535e0a96af28d5538e53d31d958bb86671fbb00ab9a2d4a61a22f70b8d1d19",
+    "qwen3_coder": "fc5ff2cfa0e07bb4a748ee9d7316adbcc8b10b0d1b245f298a696b8cd1cd3936",
+    "qwq": "f8c1c63e2a75e3fa5780f357f5fbf9b2dbaa94430c4252edbf05612db80295fb",
 }

@@ -12,12 +12,13 @@ __all__ = [
     "Renderer",
     "Resolution",
     "ToolCallParseStatus",
+    "create_renderer",
     "get_renderer",
     "resolve",
 ]
 
 # Loaded on first use (PEP 562), so `import rllm_renderers` stays free of the backends.
-_LAZY = {"resolve": "registry", "get_renderer": "registry", "Resolution": "registry"}
+_LAZY = {"resolve": "registry", "get_renderer": "registry", "Resolution": "registry", "create_renderer": "factory"}
 
 
 def __getattr__(name: str):

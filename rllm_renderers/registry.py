@@ -5,14 +5,32 @@ Precedence (first match wins):
 1. ``renderer=``, an explicit override: ``"generated:<family>"``, ``"prime:<family>"``,
    ``"tinker:<name>"``, ``"fireworks:<name>"`` or ``"chat_template"``; an unprefixed name is tried
    as a generated family (module name, class name or ``rllm_renderers.generated.<module>:<Class>``),
-   then as a ``renderers`` family, then as a tinker/Fireworks renderer name.
-2. A generated renderer, chosen by content: when the tokenizer carries a chat template, the one
-   whose ``TEMPLATE_SHA256`` equals the template's sha256 (whatever the checkpoint is called);
-   when it carries none (or ``tokenizer`` is None), the one whose ``MODEL_IDS`` include ``model``.
-   The candidates come from the static index the compiler writes beside the generated modules
-   (``rllm_renderers.generated._index``), so resolution imports only the module it uses.
-   Drift guard: a ``model`` listed by a generated renderer whose tokenizer template hashes
-   differently logs a warning naming both hashes and falls through.
+   then as a PrimeIntellect family name the project renders itself (``"qwen3.5"``, ``"gpt-oss"``:
+   :data:`~rllm_renderers.names.PRIME_FAMILIES`), then as a ``renderers`` family, then as a
+   tinker/Fireworks renderer name.
+2. A generated renderer, chosen by content. The candidates come from the static index the
+   compiler writes beside the generated modules (``rllm_renderers.generated._index``), so
+   resolution imports only the module it uses.
+
+   a. The tokenizer carries a chat template: the renderer whose ``TEMPLATE_SHA256`` equals the
+      template's sha256 (whatever the checkpoint is called). Drift guard: a ``model`` listed by a
+      generated renderer whose template hashes differently logs a warning naming both hashes and
+      falls through to step 3 (a template other than the one compiled is never rendered by it).
+   b. It carries none (DeepSeek-V4 ships none; a stripped local copy): what it holds, its
+      fingerprint (:func:`~rllm_renderers.fingerprint.tokenizer_fingerprint`: vocabulary size,
+      added tokens, a vocabulary sample) against the fingerprint the index records of the
+      tokenizer each renderer was verified with, together with the name. A renderer the name
+      points to (``model`` or a Hub id its path spells, in ``MODEL_IDS``, or mapped by
+      PrimeIntellect's ``MODEL_RENDERER_MAP`` to a family the project has) wins when the
+      tokenizer does not contradict it (same fingerprint, or none recorded). Otherwise a name
+      PrimeIntellect maps to a family the project lacks goes to step 3 (their renderer for that
+      exact model). Otherwise the one renderer verified with this tokenizer wins, whatever the
+      name (a name that points elsewhere is logged). When several were (two templates share one
+      tokenizer: Qwen3 and Qwen3-Coder), steps 3 and 4 may still match the name exactly;
+      if they do not, :class:`AmbiguousRendererError` lists the candidates and how to choose.
+      No fingerprint match and a name that points to a renderer: that renderer, by name.
+   c. ``tokenizer=None`` (text-only use): the name alone, as in b.
+
    A generated renderer that matches but cannot be imported or built is an error, not a silent
    change of tokens: ``allow_fallback=True`` lets resolution continue down this list instead,
    with an error-level log.
@@ -22,13 +40,17 @@ Precedence (first match wins):
 5. :class:`~rllm_renderers.adapters.chat_template.ChatTemplateAdapter` over
    ``tokenizer.apply_chat_template``, with a warning.
 
-``tokenizer=None`` (text-only use) admits only generated renderers. ``chat_template_kwargs``
-become constructor knobs of a generated renderer (an unknown knob is a ValueError), the typed
-config of a ``renderers`` family (an unsupported kwarg is a ValueError), and template variables
-for ``apply_chat_template`` (a name its template never reads is a ValueError); tinker renderers
-take none (their variants are names), so a tinker match with kwargs is skipped with a warning.
-Arguments of the wrong type (a model name passed as the tokenizer, non-dict kwargs) are a
-TypeError before anything is resolved. Nothing here touches the network.
+``tokenizer=None`` (text-only use) admits only generated renderers. Template knobs come as
+keywords (``resolve(model, tok, enable_thinking=False)``) or in ``chat_template_kwargs`` (the same
+knob in both is a ValueError); they become constructor knobs of a generated renderer (an unknown
+knob is a ValueError), the typed config of a ``renderers`` family (an unsupported kwarg is a
+ValueError), and template variables for ``apply_chat_template`` (a name its template never reads
+is a ValueError); tinker renderers take none (their variants are names), so a tinker match with
+kwargs is skipped with a warning. ``thinking_retention`` (``"template"`` or ``"verbatim"``, see
+:mod:`rllm_renderers.bridge`) reaches a generated renderer's constructor; ``"verbatim"`` with any
+other backend is a ValueError (their bridges follow the template). Arguments of the wrong type (a
+model name passed as the tokenizer, non-dict kwargs) are a TypeError before anything is resolved.
+Nothing here touches the network.
 """
 
 from __future__ import annotations
@@ -41,10 +63,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
+from .bridge import RETENTION_POLICIES
+from .fingerprint import tokenizer_fingerprint
+from .names import generated_family_for_prime, model_spellings, prime_family_of
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AmbiguousRendererError",
     "GeneratedEntry",
     "GeneratedRendererError",
     "Resolution",
@@ -69,6 +95,15 @@ class GeneratedRendererError(ResolutionError):
     """A generated renderer matches, but it cannot be imported or built (or the index is stale)."""
 
 
+class AmbiguousRendererError(ResolutionError):
+    """Several generated renderers fit the tokenizer and nothing tells them apart; ``candidates``
+    holds their module names (pass one as ``renderer=``)."""
+
+    def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+
+
 @dataclass(frozen=True)
 class Resolution:
     """The chosen renderer, the backend it came from (one of ``SOURCES``) and its name there."""
@@ -90,6 +125,8 @@ class GeneratedEntry:
     sha256: str
     model_ids: tuple[str, ...]
     package: str = GENERATED_PACKAGE
+    #: The fingerprint of the tokenizer it was verified with (None: verified without a real one).
+    tokenizer_fingerprint: str | None = None
 
     @property
     def import_path(self) -> str:
@@ -122,8 +159,9 @@ def generated_index(package: str = GENERATED_PACKAGE) -> tuple[GeneratedEntry, .
             f"{package} has no index ({package}.{INDEX_MODULE}); regenerate a renderer with the compiler "
             "(python -m compiler generate) to write it"
         ) from None
+    fingerprints = getattr(index, "TOKENIZER_FINGERPRINTS", {})  # an index written before fingerprints has none
     return tuple(
-        GeneratedEntry(family, class_name, sha256, tuple(model_ids), package)
+        GeneratedEntry(family, class_name, sha256, tuple(model_ids), package, fingerprints.get(family))
         for family, (class_name, sha256, model_ids) in sorted(index.RENDERERS.items())
     )
 
@@ -151,17 +189,16 @@ def _load_class(entry: GeneratedEntry) -> type:
     return cls
 
 
-def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | None:
-    """Step 2 of the precedence, with the drift guard."""
+def _generated_by_template(model: str, template: str) -> GeneratedEntry | None:
+    """Step 2a of the precedence, with the drift guard."""
     entries = generated_index()
-    if template is None:
-        return next((e for e in entries if model in e.model_ids), None)
+    names = model_spellings(model)
     digest = template_sha256(template)
     same = [e for e in entries if e.sha256 == digest]
     if same:
-        return next((e for e in same if model in e.model_ids), same[0])
+        return next((e for e in same if any(name in e.model_ids for name in names)), same[0])
     for entry in entries:
-        if model in entry.model_ids:
+        if any(name in entry.model_ids for name in names):
             logger.warning(
                 "chat template drift for %s: the tokenizer's template has sha256 %s but generated renderer %s "
                 "was compiled from sha256 %s; not using it (regenerate it, or pass renderer=%r to force it)",
@@ -174,8 +211,80 @@ def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | 
     return None
 
 
-def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
-    """The renderer of ``entry``; GeneratedRendererError when it cannot be imported or built.
+def _named_entries(model: str) -> list[GeneratedEntry]:
+    """The generated renderers ``model``'s name points to: those listing one of its spellings in
+    ``MODEL_IDS``, else the one PrimeIntellect's model map names the family of."""
+    entries = generated_index()
+    names = model_spellings(model)
+    listed = [e for e in entries if any(name in e.model_ids for name in names)]
+    if listed:
+        return listed
+    family = generated_family_for_prime(_prime_family(model) or "")
+    return [e for e in entries if e.family == family]
+
+
+def _prime_family(model: str) -> str | None:
+    """The family PrimeIntellect's model map gives ``model`` (its first spelling there), or None."""
+    return next(filter(None, map(prime_family_of, model_spellings(model))), None)
+
+
+@dataclass(frozen=True)
+class _ContentMatch:
+    """Step 2b/2c: the generated renderer chosen, or the candidates that tie (then ``entry`` is None)."""
+
+    entry: GeneratedEntry | None
+    tied: tuple[GeneratedEntry, ...] = ()
+
+
+def _generated_without_template(model: str, tokenizer: Any) -> _ContentMatch:
+    """Step 2b (a tokenizer without a chat template) and 2c (no tokenizer)."""
+    fingerprint = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
+    named = _named_entries(model)
+    agreeing = [e for e in named if fingerprint is None or e.tokenizer_fingerprint in (None, fingerprint)]
+    if agreeing:
+        return _ContentMatch(agreeing[0])
+    family = _prime_family(model)
+    if tokenizer is not None and family is not None and generated_family_for_prime(family) is None:
+        return _ContentMatch(None)  # their renderer for this exact model (step 3) beats a tokenizer match
+    fitting = [e for e in generated_index() if fingerprint is not None and e.tokenizer_fingerprint == fingerprint]
+    if len(fitting) == 1:
+        if named:
+            logger.warning(
+                "%s names generated renderer %s, but the tokenizer is the one %s was verified with (and not %s's); "
+                "using %s (pass renderer=%r to force the other)",
+                model,
+                named[0].family,
+                fitting[0].family,
+                named[0].family,
+                fitting[0].family,
+                named[0].family,
+            )
+        return _ContentMatch(fitting[0])
+    if len(fitting) > 1:
+        return _ContentMatch(None, tuple(fitting))
+    if named:
+        logger.info("%s resolves to %s by name: no renderer was verified with this tokenizer", model, named[0].family)
+        return _ContentMatch(named[0])
+    return _ContentMatch(None)
+
+
+def _ambiguity(model: str, tied: tuple[GeneratedEntry, ...]) -> AmbiguousRendererError:
+    listed = "; ".join(f"{e.family} ({', '.join(e.model_ids)})" for e in tied)
+    choices = " or ".join(f"renderer={e.family!r}" for e in tied)
+    return AmbiguousRendererError(
+        f"cannot tell which renderer {model or 'this tokenizer'!r} needs: the tokenizer carries no chat_template, "
+        f"its name matches none, and what it holds (vocabulary and added tokens) fits {len(tied)} generated "
+        f"renderers verified with the same tokenizer: {listed}. Choose with {choices} (resolve(..., renderer=...) "
+        "or create_renderer(tokenizer, renderer=...)), or load the tokenizer with its chat template",
+        tuple(e.family for e in tied),
+    )
+
+
+def _build_generated(
+    entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any], retention: str | None = None
+) -> Resolution:
+    """The renderer of ``entry`` (``retention``: its ``thinking_retention``, None for the class
+    default); GeneratedRendererError when it cannot be imported or built.
 
     An unknown knob is the caller's mistake, not the renderer's: it stays a ValueError.
     """
@@ -187,7 +296,7 @@ def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, An
             f"the template reads these knobs: {', '.join(cls.KNOBS) or 'none'}"
         )
     try:
-        renderer = cls(tokenizer, **kwargs)
+        renderer = cls(tokenizer, thinking_retention=retention, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise GeneratedRendererError(
             f"generated renderer {entry.import_path} could not be built for this tokenizer: {exc}"
@@ -199,14 +308,14 @@ def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, An
 
 
 def _try_prime(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution | None:
+    family = _prime_family(model)
+    if family is None:  # (known without importing renderers)
+        return None
     try:
         from .adapters import prime
     except ImportError:
         return None
     try:
-        family = prime.family_for_model(model)
-        if family is None:
-            return None
         prime.config_for(family, kwargs)  # an unsupported kwarg raises ValueError, as for generated
     except ImportError:
         logger.debug("renderers (the prime extra) is not installed")
@@ -259,7 +368,18 @@ def _chat_template(model: str, tokenizer: Any, kwargs: dict[str, Any], *, explic
     return Resolution(ChatTemplateAdapter(tokenizer, **kwargs), "chat_template", "chat_template")
 
 
-def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
+def _generated_named(name: str) -> GeneratedEntry | None:
+    """The generated renderer ``name`` names: its module, class or import path, or a PrimeIntellect
+    family the project renders itself."""
+    entries = generated_index()
+    entry = next((e for e in entries if e.matches(name)), None)
+    alias = generated_family_for_prime(name)
+    return entry if entry is not None or alias is None else next((e for e in entries if e.family == alias), None)
+
+
+def _explicit(
+    override: str, model: str, tokenizer: Any, kwargs: dict[str, Any], retention: str | None = None
+) -> Resolution:
     """Step 1: the backend and name the caller asked for."""
     backend, sep, name = override.partition(":")
     if not sep or backend not in ("generated", "prime", "tinker", "fireworks", "chat_template"):
@@ -269,7 +389,7 @@ def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any])
             raise ResolutionError("renderer='chat_template' needs a tokenizer")
         return _chat_template(model, tokenizer, kwargs, explicit=True)
     if backend in ("", "generated"):
-        entry = next((e for e in generated_index() if e.matches(name)), None)
+        entry = _generated_named(name)
         if entry is not None:
             template = chat_template_of(tokenizer)
             if template is not None and template_sha256(template) != entry.sha256:
@@ -281,7 +401,7 @@ def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any])
                     entry.import_path,
                     entry.sha256,
                 )
-            return _build_generated(entry, tokenizer, kwargs)
+            return _build_generated(entry, tokenizer, kwargs, retention)
         if backend == "generated":
             known = ", ".join(e.family for e in generated_index()) or "none"
             raise ResolutionError(f"no generated renderer named {name!r} (known: {known})")
@@ -318,8 +438,12 @@ def _explicit(override: str, model: str, tokenizer: Any, kwargs: dict[str, Any])
 # --- the entry points -------------------------------------------------------------------
 
 
-def _check_arguments(model: Any, tokenizer: Any, renderer: Any, chat_template_kwargs: Any) -> dict[str, Any]:
-    """Wrong argument types fail here, naming the argument, rather than at the first render."""
+def _check_arguments(
+    model: Any, tokenizer: Any, renderer: Any, chat_template_kwargs: Any, knobs: dict[str, Any], retention: Any
+) -> dict[str, Any]:
+    """Wrong arguments fail here, naming the argument, rather than at the first render: types
+    (TypeError), a retention policy that does not exist or a knob given twice (ValueError).
+    Returns the template knobs, keywords and ``chat_template_kwargs`` merged."""
     if not isinstance(model, str):
         raise TypeError(f"model must be a model id string, got {type(model).__name__} {model!r}")
     if tokenizer is not None and not (
@@ -331,8 +455,14 @@ def _check_arguments(model: Any, tokenizer: Any, renderer: Any, chat_template_kw
         )
     if renderer is not None and not isinstance(renderer, str):
         raise TypeError(f"renderer must be a string such as 'generated:qwen3', got {type(renderer).__name__}")
+    if retention is not None and retention not in RETENTION_POLICIES:
+        raise ValueError(
+            f"thinking_retention must be one of {RETENTION_POLICIES} (or None for the renderer's default), got "
+            f"{retention!r}"
+            + (" (PrimeIntellect's name; 'verbatim' keeps sampled reasoning)" if retention == "all" else "")
+        )
     if chat_template_kwargs is None:
-        return {}
+        return dict(knobs)
     if not isinstance(chat_template_kwargs, Mapping):
         raise TypeError(
             "chat_template_kwargs must be a dict of template variables (e.g. {'enable_thinking': False}), "
@@ -341,7 +471,23 @@ def _check_arguments(model: Any, tokenizer: Any, renderer: Any, chat_template_kw
     bad = [key for key in chat_template_kwargs if not isinstance(key, str) or not key.isidentifier()]
     if bad:
         raise TypeError(f"chat_template_kwargs keys must be variable names, got {bad[0]!r}")
-    return dict(chat_template_kwargs)
+    twice = sorted(set(knobs) & set(chat_template_kwargs))
+    if twice:
+        raise ValueError(
+            f"template knob {twice[0]!r} is given twice, as a keyword and in chat_template_kwargs; give it once"
+        )
+    return {**chat_template_kwargs, **knobs}
+
+
+def _with_retention(resolution: Resolution, retention: str | None) -> Resolution:
+    """``resolution``, unless it cannot honour ``retention``: only generated renderers keep sampled
+    reasoning (``"verbatim"``); the other backends' bridges follow the template."""
+    if retention == "verbatim" and resolution.source != "generated":
+        raise ValueError(
+            f"thinking_retention='verbatim' needs a generated renderer, but resolution chose "
+            f"{resolution.source}:{resolution.name}, whose bridge follows the template"
+        )
+    return resolution
 
 
 def resolve(
@@ -351,20 +497,28 @@ def resolve(
     renderer: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     allow_fallback: bool = False,
+    thinking_retention: str | None = None,
+    **knobs: Any,
 ) -> Resolution:
     """Choose the renderer for ``model`` / ``tokenizer`` (see the module docstring for the order).
 
+    ``**knobs``: template knobs (``enable_thinking=False``), as ``chat_template_kwargs`` gives them.
+    ``thinking_retention``: the bridge's policy, ``"template"`` or ``"verbatim"`` (None: the
+    renderer's default).
     ``allow_fallback=True``: a generated renderer that matches but cannot be imported or built
     is logged as an error and resolution continues with the other backends (a change of
     tokens: only for callers that prefer some renderer to none).
     """
-    kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs)
-    if renderer is not None:
-        return _explicit(renderer, model, tokenizer, kwargs)
-    entry = _generated_by_content(model, chat_template_of(tokenizer))
-    if entry is not None:
+    kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs, knobs, thinking_retention)
+    if renderer is not None and renderer != "auto":  # "auto": PrimeIntellect's name for no override
+        return _with_retention(_explicit(renderer, model, tokenizer, kwargs, thinking_retention), thinking_retention)
+    template = chat_template_of(tokenizer)
+    match = _ContentMatch(_generated_by_template(model, template)) if template is not None else None
+    if match is None:
+        match = _generated_without_template(model, tokenizer)
+    if match.entry is not None:
         try:
-            return _build_generated(entry, tokenizer, kwargs)
+            return _build_generated(match.entry, tokenizer, kwargs, thinking_retention)
         except GeneratedRendererError as exc:
             if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
                 raise GeneratedRendererError(
@@ -380,8 +534,10 @@ def resolve(
     for attempt in (_try_prime, _try_tinker):
         resolution = attempt(model, tokenizer, kwargs)
         if resolution is not None:
-            return resolution
-    return _chat_template(model, tokenizer, kwargs)
+            return _with_retention(resolution, thinking_retention)
+    if match.tied:
+        raise _ambiguity(model, match.tied)
+    return _with_retention(_chat_template(model, tokenizer, kwargs), thinking_retention)
 
 
 def get_renderer(
@@ -391,8 +547,16 @@ def get_renderer(
     renderer: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     allow_fallback: bool = False,
+    thinking_retention: str | None = None,
+    **knobs: Any,
 ) -> Any:
     """``resolve(...).renderer``."""
     return resolve(
-        model, tokenizer, renderer=renderer, chat_template_kwargs=chat_template_kwargs, allow_fallback=allow_fallback
+        model,
+        tokenizer,
+        renderer=renderer,
+        chat_template_kwargs=chat_template_kwargs,
+        allow_fallback=allow_fallback,
+        thinking_retention=thinking_retention,
+        **knobs,
     ).renderer

@@ -11,8 +11,6 @@ import functools
 import logging
 import os
 import pickle
-import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -24,6 +22,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from rllm_renderers.registry import Resolution, ResolutionError, generated_index, get_renderer, resolve  # noqa: E402
+from tests.isolation import fresh_python, no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 QWEN3_TEMPLATE = "Qwen__Qwen3-8B.jinja"
@@ -52,26 +51,6 @@ def tokenizer(folder: str, template: str | None = None, *, suffix: str = ""):
 
 def needs(module: str):
     return pytest.importorskip(module, reason=f"{module} (an optional extra) is not installed")
-
-
-@pytest.fixture
-def no_extras(monkeypatch):
-    """Neither the prime nor the tinker extra (nor Fireworks' cookbook) importable."""
-    for name in ("renderers", "tinker_cookbook", "tinker", "training"):
-        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            monkeypatch.setitem(sys.modules, loaded, None)
-        monkeypatch.setitem(sys.modules, name, None)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any socket connection (a Hub lookup, a vocab download) fails the test."""
-
-    def refuse(self, *args, **kwargs):
-        raise AssertionError(f"network access attempted: connect{args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
 
 # --- the generated index -------------------------------------------------------------------
@@ -129,11 +108,16 @@ def test_drifted_template_falls_through_with_a_warning(caplog):
 
 
 def test_model_only_prime_knows_resolves_to_prime():
+    # (a model renderers maps to a family the project has resolves to the generated renderer:
+    # tests/test_engine_entry_points.py)
     needs("renderers")
-    resolution = resolve("Qwen/Qwen3-4B", tokenizer("qwen3"))
-    assert (resolution.source, resolution.name) == ("prime", "qwen3")
+    resolution = resolve("PrimeIntellect/Qwen3-0.6B", tokenizer("qwen3"))
+    assert (resolution.source, resolution.name) == ("prime", "prime-qwen3")
     resolution = resolve("deepseek-ai/DeepSeek-R1", tokenizer("dsv3"))
     assert (resolution.source, resolution.name) == ("prime", "deepseek-r1")
+    # their renderer for this exact model, though the tokenizer is the one qwen3_5 was verified with
+    resolution = resolve("Qwen/Qwen3.6-35B-A3B", tokenizer("qwen35"))
+    assert (resolution.source, resolution.name) == ("prime", "qwen3.6")
 
 
 def test_drifted_template_of_a_prime_model_resolves_to_prime():
@@ -241,10 +225,12 @@ def test_chat_template_kwargs_become_generated_knobs():
 
 def test_chat_template_kwargs_for_prime():
     needs("renderers")
-    renderer = get_renderer("Qwen/Qwen3-4B", tokenizer("qwen3"), chat_template_kwargs={"enable_thinking": False})
+    # (a model of a family renderers has and the project lacks: Qwen3.6)
+    model = "Qwen/Qwen3.6-35B-A3B"
+    renderer = get_renderer(model, tokenizer("qwen35"), chat_template_kwargs={"enable_thinking": False})
     assert renderer.config.enable_thinking is False
     with pytest.raises(ValueError, match="Unsupported chat_template_kwargs"):
-        resolve("Qwen/Qwen3-4B", tokenizer("qwen3"), chat_template_kwargs={"no_such_knob": 1})
+        resolve(model, tokenizer("qwen35"), chat_template_kwargs={"no_such_knob": 1})
 
 
 def test_chat_template_kwargs_for_the_chat_template_adapter():
@@ -299,11 +285,11 @@ def test_import_is_lazy():
         "r = rllm_renderers.resolve('Qwen/Qwen3-8B', None)\n"
         "assert r.source == 'generated' and r.renderer.render_text([{'role': 'user', 'content': 'x'}])\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+        "from rllm_renderers.factory import create_renderer\n"  # the engines' factory, exported lazily too
+        "assert 'create_renderer' in rllm_renderers.__all__ and rllm_renderers.create_renderer is create_renderer\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr
 
 
