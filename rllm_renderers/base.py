@@ -21,6 +21,7 @@ from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_t
 from .output import RenderOutput
 from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
 from .turns import tool_names
+from .unencodable import refuse_unencodable
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -107,6 +108,10 @@ class GeneratedRenderer(ABC):
         if retention not in RETENTION_POLICIES:
             raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
         self.thinking_retention = retention
+        if tokenizer is not None:
+            from .tokenization import _requested_backend
+
+            _requested_backend(None)  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
         self.plain_content_roles = _plain_content_roles(control_token_safe)
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
@@ -121,6 +126,8 @@ class GeneratedRenderer(ABC):
             self.REASONING = with_special_tokens(self.REASONING, resolved)
             self.TOOL_CALLS = with_special_tokens(self.TOOL_CALLS, resolved)
         self._encoder = None
+        self._vocabulary: Any = None  # the tokenizer's tokenizers.Tokenizer (its size decides the encoder's)
+        self._encoder_vocab_size = 0
         self._parse_cache: _ParseFacts | None = None
         self._generation_prompt: str | None = None
         self._turn_opening: str | None = None
@@ -167,6 +174,7 @@ class GeneratedRenderer(ABC):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_encoder"] = None
+        state["_vocabulary"] = None
         state["_parse_cache"] = None
         state["_generation_prompt"] = None
         state["_turn_opening"] = None
@@ -279,12 +287,7 @@ class GeneratedRenderer(ABC):
     @staticmethod
     def template_tools(tools: list[ToolSpec] | None) -> Any:
         """The tools as the template sees them (checked, then converted once per content)."""
-        if tools is not None:
-            if not isinstance(tools, (list, tuple)):
-                raise ValueError(f"tools must be a list of tool dicts, got {type(tools).__name__}")
-            for position, tool in enumerate(tools):
-                if not isinstance(tool, dict):
-                    raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
+        check_tools(tools)
         return jinja.template_tools(tools)
 
     def template_messages(self, messages: list[Message], first_index: int = 0) -> list:
@@ -364,13 +367,29 @@ class GeneratedRenderer(ABC):
 
     @property
     def encoder(self):
-        if self._encoder is None:
-            if self.tokenizer is None:
-                raise ValueError(f"{type(self).__name__} was built without a tokenizer; only render_text is available")
+        """The tokenizer's :class:`~rllm_renderers.tokenization.TextEncoder` for its vocabulary as it is
+        now: after ``tokenizer.add_special_tokens(...)`` (the vocabulary grew) the encoder, and with it
+        the parse facts and the byte table, are built again, so ids, decoding and parsing follow the
+        tokenizer (one C call per use compares the size)."""
+        if self.tokenizer is None:
+            raise ValueError(f"{type(self).__name__} was built without a tokenizer; only render_text is available")
+        if self._vocabulary is None:
+            from .tokenization import _backend_of
+
+            self._vocabulary = _backend_of(self.tokenizer)
+        size = self._vocabulary.get_vocab_size(with_added_tokens=True)
+        if self._encoder is None or size != self._encoder_vocab_size:
             from .tokenization import text_encoder_for
 
-            self._encoder = text_encoder_for(self.tokenizer)
+            self._encoder, self._encoder_vocab_size = text_encoder_for(self.tokenizer), size
         return self._encoder
+
+    @property
+    def vocab_size(self) -> int:
+        """How many ids the tokenizer has, its added tokens included (``len(tokenizer)``): valid ids are
+        ``0 .. vocab_size - 1``."""
+        self.encoder  # (follows the tokenizer's vocabulary)
+        return self._encoder_vocab_size
 
     def render_ids(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
@@ -385,10 +404,14 @@ class GeneratedRenderer(ABC):
         record = add_generation_prompt and self.bridging
         out = self._run_template(template_messages, template_tools, add_generation_prompt, record=record)
         text = out.text()
-        if self.plain_content_roles:
-            ids = self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
-        else:
-            ids = self.encoder.encode(text)
+        try:
+            if self.plain_content_roles:
+                ids = self.encoder.encode(text, plain_ranges=self._plain_ranges(out, text, messages))
+            else:
+                ids = self.encoder.encode(text)
+        except (UnicodeEncodeError, TypeError) as exc:  # text no tokenizer encodes: say where it is
+            refuse_unencodable(exc, messages, tools)
+            raise
         if add_generation_prompt:
             self.prompt_histories.remember(ids, History(template_messages, template_tools, text, out.checkpoint))
         return ids
@@ -402,7 +425,11 @@ class GeneratedRenderer(ABC):
         part_starts = out.part_starts()
         spans = out.message_spans(part_starts)
         plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
-        token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
+        try:
+            token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
+        except (UnicodeEncodeError, TypeError) as exc:  # text no tokenizer encodes: say where it is
+            refuse_unencodable(exc, messages, tools)
+            raise
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
         return self._result(
@@ -554,11 +581,20 @@ class GeneratedRenderer(ABC):
         return list(self.TURN.stop_tokens) if self.TURN is not None else []
 
     def decode(self, token_ids: list[int]) -> str:
-        """Text of ``token_ids`` with special tokens kept; ids outside the vocabulary are skipped."""
+        """Text of ``token_ids`` with special tokens kept.
+
+        ``token_ids``: any sequence of integers (list, tuple, numpy array, torch tensor, ``array.array``);
+        anything else is a ``TypeError``, an id outside the vocabulary a ``ValueError`` naming its position.
+        """
+        return self._decode(as_token_ids(token_ids, "token_ids", self.vocab_size))
+
+    def _decode(self, ids: list[int]) -> str:
+        """:meth:`decode` of ids already checked (a list of ints of the vocabulary): what the bridge
+        decodes, many times per call, without checking them again."""
         detokenizer = self._parse_facts().detokenizer
-        if detokenizer is not None and type(token_ids) is list and set(map(type, token_ids)) <= INT_TYPE:
-            return detokenizer.decode(token_ids)  # (a byte table proven to decode as the tokenizer does)
-        return self.encoder.decode(token_ids)
+        if detokenizer is not None:
+            return detokenizer.decode(ids)  # (a byte table proven to decode as the tokenizer does)
+        return self.encoder.decode(ids)
 
     def parse_response(
         self,
@@ -569,17 +605,21 @@ class GeneratedRenderer(ABC):
     ) -> ParsedResponse:
         """Content, reasoning and tool calls of a sampled turn.
 
-        ``token_ids`` may be any sequence of integers (list, numpy array, torch tensor, ...); ids
-        outside the vocabulary are skipped. Never raises on such a sequence; anything else is a
-        ValueError. Linear in the length of the completion.
+        ``token_ids`` may be any sequence of integers (list, numpy array, torch tensor, ...); anything
+        else is a ``TypeError``, and an id outside the vocabulary (``0 .. vocab_size - 1``) a
+        ``ValueError`` naming its position; so is ``tools`` that is not a list of tool dicts. Never
+        raises on a sampled sequence (a tool call nested too deeply to read is reported by its
+        status and ``reason``). Linear in the length of the completion.
 
         The completion ends at its first stop (a stop token id, or a stop string in its text),
         and the close's text before the stop (``\n`` of ``\n</assistant>``) is not content.
         When the class has not learned the turn syntax (``UNLEARNED``) the content is the raw
         text and the status says so.
         """
-        ids = as_token_ids(token_ids)
-        prompt = as_token_ids(prompt_ids, "prompt_ids") if prompt_ids is not None else None
+        vocab_size = self.vocab_size
+        ids = as_token_ids(token_ids, "token_ids", vocab_size)
+        prompt = as_token_ids(prompt_ids, "prompt_ids", vocab_size) if prompt_ids is not None else None
+        check_tools(tools)
         turn = self._parse_turn(ids, tools, prompt)
         if turn.parsed is None:
             return self._result(ParsedResponse(content=turn.text, reasoning_complete=None, status="unlearned"))
@@ -588,7 +628,7 @@ class GeneratedRenderer(ABC):
         elif turn.decoded is not None:
             token_at = turn.decoded.token_at
         else:
-            token_at = char_to_token(self.decode, turn.ids)
+            token_at = char_to_token(self.encoder.decode, turn.ids)
         skipped = turn.skipped
 
         def token_span(start: int, stop: int) -> tuple[int, int]:
@@ -612,7 +652,7 @@ class GeneratedRenderer(ABC):
         stop = facts.stop_texts[ids[end]] if end < len(ids) else None
         ids = ids[:end]
         decoded = detokenizer.decoded(ids) if detokenizer is not None else None
-        text = decoded.text if decoded is not None else self.decode(ids)
+        text = decoded.text if decoded is not None else self.encoder.decode(ids)
         text, text_stop = cut_at_stop_string(text, facts.stop_strings)
         stop = text_stop or stop
         close_lead = ""
@@ -636,7 +676,7 @@ class GeneratedRenderer(ABC):
             reasoning = None
         prefilled = False
         if reasoning is not None and reasoning.open:
-            decode = detokenizer.decode if detokenizer is not None else self.decode
+            decode = detokenizer.decode if detokenizer is not None else self.encoder.decode
             prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
         parsed = parse_text(
             text,
@@ -710,12 +750,18 @@ class GeneratedRenderer(ABC):
         :mod:`rllm_renderers.bridge`.
         """
         self.bridging = True
-        return self._result(
-            bridge_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages)
-        )
-
-
-INT_TYPE = frozenset((int,))
+        try:
+            result = bridge_turn(
+                self, previous_prompt_ids, previous_completion_ids, new_messages, tools=tools, messages=messages
+            )
+        except (UnicodeEncodeError, TypeError) as exc:  # text no tokenizer encodes: say where it is
+            refuse_unencodable(exc, new_messages, tools, "new_messages")
+            refuse_unencodable(exc, messages)
+            raise
+        except RecursionError:  # a value nested deeper than the template can be run on: re-render
+            logger.warning("%s: bridge_to_next_turn: a value nests too deeply to render; returning None", type(self).__name__)
+            return None
+        return self._result(result)
 
 
 class _ParsedTurn(NamedTuple):
@@ -738,6 +784,16 @@ class _ParseFacts(NamedTuple):
     detokenizer: Any  # a detokenize.Detokenizer, or None: decode with the tokenizer
     close_id: int | None  # the turn's close as one token, when it is one
     text_stops: tuple[str, ...]  # stops that are text, not an added token
+
+
+def check_tools(tools: Any) -> None:
+    """None or a list of tool dicts; anything else is a ValueError naming it."""
+    if tools is not None:
+        if not isinstance(tools, (list, tuple)):
+            raise ValueError(f"tools must be a list of tool dicts, got {type(tools).__name__}")
+        for position, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
 
 
 def _check_message_list(messages: Any) -> None:

@@ -119,12 +119,12 @@ def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) 
     facts = renderer._parse_facts()
     close, close_id, stop_ids, text_stops = renderer.TURN.close, facts.close_id, facts.stop_ids, facts.text_stops
     if text_stops and not any(token in set(stop_ids) for token in completion):
-        text = renderer.decode(completion)
+        text = renderer._decode(completion)
         found = [(text.find(stop) + len(stop), stop) for stop in text_stops if stop in text]
         if found:
             stop_end, stop = min(found)
-            end = token_index_at(decoded_prefix_lengths(renderer.decode, completion), stop_end)
-            return completion[:end] if renderer.decode(completion[:end]).endswith(stop) else None
+            end = token_index_at(decoded_prefix_lengths(renderer._decode, completion), stop_end)
+            return completion[:end] if renderer._decode(completion[:end]).endswith(stop) else None
     cut = cut_at_stop(completion, stop_ids, close_id)
     if cut is None and not close:
         return completion  # nothing closes the turn: a truncated completion is complete as it is
@@ -199,7 +199,7 @@ def recalled_prompt(renderer: "GeneratedRenderer", previous_prompt_ids: Any) -> 
     prompt = token_sequence(previous_prompt_ids, "previous_prompt_ids")
     recalled = renderer.prompt_histories.recall(prompt)
     if recalled is None or not set(map(type, prompt[-PROMPT_TAIL_TOKENS:])) <= INTEGERS:
-        return as_token_ids(prompt, "previous_prompt_ids"), None
+        return as_token_ids(prompt, "previous_prompt_ids", renderer.vocab_size), None
     return prompt, recalled
 
 
@@ -257,7 +257,7 @@ def renders_previous_prompt(
     plain = renderer._plain_ranges(output, text, history.messages) if renderer.plain_content_roles else None
     if renderer.encoder.encode(text, plain_ranges=plain) == prompt:
         return True
-    return remembered is None and renderer.decode(prompt) == text
+    return remembered is None and renderer._decode(prompt) == text
 
 
 # --- the bridge ---------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def bridge_turn(
     messages: list[Message] | None = None,
 ) -> RenderedTokens | None:
     prompt, recalled = recalled_prompt(renderer, previous_prompt_ids)
-    completion = as_token_ids(previous_completion_ids, "previous_completion_ids")
+    completion = as_token_ids(previous_completion_ids, "previous_completion_ids", renderer.vocab_size)
     new = checked_new_messages(new_messages)
     if not prompt or not new or any(message["role"] == "assistant" for message in new):
         return None
@@ -303,7 +303,7 @@ def bridge_from_recovered(turn: "BridgePoint", template_tools: Any) -> RenderedT
     bridged only when every conversation the prompt cannot tell apart from it bridges alike."""
     renderer = turn.renderer
     try:
-        recovery = recover_conversation(renderer, renderer.decode(turn.prompt), turn.tools)
+        recovery = recover_conversation(renderer, renderer._decode(turn.prompt), turn.tools)
     except Unrecoverable as exc:
         explain_once(renderer, str(exc))
         return None
@@ -384,7 +384,7 @@ class BridgePoint(NamedTuple):
         suffix_start = sampled_turn_end(
             renderer,
             render,
-            renderer.decode(kept),
+            renderer._decode(kept),
             len(history.messages),
             rewrite_allowed=lambda: not guessed and renders_its_content(renderer, history, extended, render),
         )
@@ -460,7 +460,7 @@ def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: "st
         last_stop = max((index for index, token in enumerate(tail) if token in stops), default=-1)
         if 0 <= last_stop < len(tail) - 1:
             tail, after_stop = tail[last_stop + 1 :], True
-    text = renderer.decode(tail).lstrip("\ufffd")  # a multi-byte character cut at the start
+    text = renderer._decode(tail).lstrip("\ufffd")  # a multi-byte character cut at the start
     if not text or not prompt_text.endswith(text):
         # decoding is not always faithful (a SentencePiece decoder turns a literal "▁" into a
         # space): compare the ids themselves, at the price of encoding the history's text once
@@ -598,7 +598,7 @@ def bridged_tokens(
     as plain text, as ``render_ids`` would.
     """
     output, text = render.output, render.text
-    anchor = renderer.decode(prefix[-1:])
+    anchor = renderer._decode(prefix[-1:])
     shift = suffix_start - len(anchor)  # offset in ``text`` of the encoded string's first character
     encoded = anchor + text[suffix_start:]
 

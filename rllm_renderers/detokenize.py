@@ -45,6 +45,8 @@ from .tokenization import _backend_of
 __all__ = ["Detokenizer", "DecodedIds", "detokenizer_for"]
 
 _REPLACEMENT = "\ufffd"
+#: Characters per block of the UTF-8 length table (:meth:`DecodedIds._utf8_length`).
+_BLOCK = 256
 
 
 def _token_bytes(token: str) -> bytes:
@@ -74,7 +76,7 @@ class _ByteTable(dict):
 class DecodedIds:
     """The text of ``ids`` and, on demand, the token where each character is complete."""
 
-    __slots__ = ("ids", "text", "_pieces", "_offsets", "_lengths")
+    __slots__ = ("ids", "text", "_pieces", "_offsets", "_lengths", "_block_bytes")
 
     def __init__(self, table: _ByteTable, ids: list[int]):
         self.ids = ids
@@ -83,6 +85,7 @@ class DecodedIds:
         self.text = b"".join(pieces).decode("utf-8", "replace")
         self._offsets: list[int] | None = None  # byte offset of each prefix (valid UTF-8 text)
         self._lengths: list[int] | None = None  # character count of each prefix (otherwise)
+        self._block_bytes: list[int] | None = None  # UTF-8 length of text[:k * _BLOCK] (non-ASCII text)
 
     def token_at(self, char: int, low: int = 0) -> int:
         """The smallest ``k >= low`` whose prefix ``ids[:k]`` decodes to at least ``char``
@@ -102,8 +105,23 @@ class DecodedIds:
             return low
         if char > len(text):
             return len(self.ids)
-        end = char if text.isascii() else len(text[:char].encode("utf-8"))
-        return bisect_left(self._offsets, end, low)
+        return bisect_left(self._offsets, self._utf8_length(char), low)
+
+    def _utf8_length(self, char: int) -> int:
+        """The UTF-8 length of ``text[:char]``: from a table of block lengths (built once, in
+        ``len(text) / _BLOCK`` steps) and the encoding of at most one block, so that a parse with
+        many tool calls stays linear however many non-ASCII characters the text holds."""
+        if self._block_bytes is None:
+            text = self.text
+            if text.isascii():
+                self._block_bytes = []
+            else:
+                blocks = (len(text[at : at + _BLOCK].encode("utf-8")) for at in range(0, len(text), _BLOCK))
+                self._block_bytes = list(accumulate(blocks, initial=0))
+        if not self._block_bytes:  # ASCII: one byte per character
+            return char
+        block = char // _BLOCK
+        return self._block_bytes[block] + len(self.text[block * _BLOCK : char].encode("utf-8"))
 
 
 def _replayed_lengths(pieces: list[bytes]) -> list[int]:

@@ -26,6 +26,7 @@ from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\r\n]*")
+_TRAILING_SPACE = re.compile(r"\s*\Z")  # (what str.rstrip() strips, up to the end)
 _INT = frozenset((int,))
 
 
@@ -40,6 +41,7 @@ class TextCall:
     arguments: Any = None
     status: ToolCallParseStatus = ToolCallParseStatus.OK
     id: str | None = None
+    reason: str | None = None  # why the call could not be read, where the status alone does not say
 
 
 @dataclass
@@ -123,7 +125,10 @@ def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dic
         start = text.find(syntax.call_start, position)
         if start < 0 or not syntax.call_start:
             return calls
-        call = _parse_call(text, start, syntax, tools)
+        try:
+            call = _parse_call(text, start, syntax, tools)
+        except RecursionError:  # arguments nested past the recursion limit (a sampled "[[[[..." loop)
+            call = _too_deep(text, start, syntax)
         if call.status is ToolCallParseStatus.OK and known_names is not None and call.name not in known_names:
             call.status = ToolCallParseStatus.UNKNOWN_TOOL
         calls.append(call)
@@ -169,6 +174,17 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
     if call_id is not None:
         call.id = call_id
     return call
+
+
+#: The reason given for a call whose arguments nest too deeply to read.
+TOO_DEEP = "the arguments nest too deeply to read (past Python's recursion limit)"
+
+
+def _too_deep(text: str, start: int, syntax: ToolCallFormat) -> TextCall:
+    """A call whose reading ran out of stack: malformed, up to its first ``call_end`` (or the text's end)."""
+    end_at = text.find(syntax.call_end, start + len(syntax.call_start)) if syntax.call_end else -1
+    end = end_at + len(syntax.call_end) if end_at >= 0 else len(text)
+    return TextCall(text[start:end], start, end, status=ToolCallParseStatus.MALFORMED_STRUCTURE, reason=TOO_DEEP)
 
 
 @functools.lru_cache(maxsize=64)
@@ -231,7 +247,8 @@ def _parse_json_arguments(text: str, start: int, body_at: int, syntax: ToolCallF
             ToolCallParseStatus.INVALID_JSON,
         )
     if not text.startswith(syntax.call_end, arguments_end):
-        status = ToolCallParseStatus.UNCLOSED_BLOCK if arguments_end >= len(text.rstrip()) else ToolCallParseStatus.MALFORMED_STRUCTURE
+        # (only space left: the text ended before the call did; found without copying the text)
+        status = ToolCallParseStatus.UNCLOSED_BLOCK if _TRAILING_SPACE.match(text, arguments_end) else ToolCallParseStatus.MALFORMED_STRUCTURE
         return TextCall(text[start:arguments_end], start, arguments_end, name, arguments, status)
     end = arguments_end + len(syntax.call_end)
     call_id = None
@@ -500,9 +517,19 @@ def _parameter_separator(text: str, key_at: int, syntax: ToolCallFormat) -> tupl
     """Where the parameter's key ends and the separator found there (the string or the JSON one)."""
     if not syntax.parameter_value_json and syntax.parameter_value:  # one separator
         return text.find(syntax.parameter_value, key_at), syntax.parameter_value
-    found = [(text.find(separator, key_at), separator) for separator in (syntax.parameter_value, syntax.parameter_value_json)]
-    found = [(at, separator) for at, separator in found if separator and at >= 0]
-    return min(found, key=lambda item: (item[0], -len(item[1]))) if found else (-1, syntax.parameter_value)
+    # the first of the two (the longer where both start there); one search, which stops there: a find
+    # of each would scan to the text's end for the one a call does not use (quadratic over many calls)
+    if not syntax.parameter_value and not syntax.parameter_value_json:
+        return -1, ""
+    found = _either_separator(syntax.parameter_value, syntax.parameter_value_json).search(text, key_at)
+    return (found.start(), found.group()) if found else (-1, syntax.parameter_value)
+
+
+@functools.lru_cache(maxsize=64)
+def _either_separator(*separators: str) -> re.Pattern:
+    """A pattern matching any of the non-empty ``separators``, the longest first."""
+    ordered = sorted(filter(None, separators), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered)))
 
 
 def _xml_value(raw: str, declared_type: Any) -> Any:
@@ -558,35 +585,67 @@ def _strip_suffix(text: str, suffix: str) -> str:
     return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
 
 
+class TokenIdsError(TypeError, ValueError):
+    """Ids that are not a sequence of integers.  A ``TypeError``, and a ``ValueError`` too, which is what
+    such input raised before, so callers that catch either keep working."""
+
+
+#: Array element types that hold integers: numpy / torch dtype names (``int8`` ... ``uint64``) contain
+#: "int"; ``array.array`` typecodes.
+_INTEGER_TYPECODES = frozenset("bBhHiIlLqQ")
+
+
 def token_sequence(token_ids: Any, what: str = "token_ids") -> list:
-    """``token_ids`` as a Python list (numpy / torch / ``array.array`` converted once), elements unchecked;
-    anything that is not a sequence is a ValueError naming the culprit."""
-    if isinstance(token_ids, (str, bytes, dict)) or not hasattr(token_ids, "__len__"):
-        raise ValueError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
-    if hasattr(token_ids, "tolist"):  # numpy / torch / array.array: one conversion to Python ints
-        dtype = str(getattr(token_ids, "dtype", getattr(token_ids, "typecode", "")))
-        if any(kind in dtype for kind in ("float", "complex", "bool")) or dtype in ("f", "d"):
-            raise ValueError(f"{what} must be a sequence of integers, got an array of {dtype}")
-        token_ids = token_ids.tolist()
-        if not isinstance(token_ids, list):  # a 0-d array
-            raise ValueError(f"{what} must be a sequence of integers, got a scalar")
+    """``token_ids`` as a Python list (numpy / torch / ``array.array`` converted once), elements unchecked.
+
+    A sequence (list, tuple, ``range``, ...) or a one-dimensional integer array is accepted; anything
+    else (a set, whose order is arbitrary; a string or bytes; a mapping; a scalar; a float, bool or
+    2-d array) is a :class:`TokenIdsError` naming ``what``.
+    """
+    if isinstance(token_ids, (str, bytes, bytearray, memoryview, dict)):
+        raise TokenIdsError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
+    if hasattr(token_ids, "tolist") and not isinstance(token_ids, (list, tuple)):  # numpy / torch / array.array
+        dtype = getattr(token_ids, "dtype", None)
+        kind = str(dtype) if dtype is not None else getattr(token_ids, "typecode", "")
+        if not ("int" in kind or kind in _INTEGER_TYPECODES):
+            raise TokenIdsError(f"{what} must be a sequence of integers, got an array of {kind}")
+        dimensions = getattr(token_ids, "ndim", 1)
+        if dimensions == 0:
+            raise TokenIdsError(f"{what} must be a sequence of integers, got a scalar (a 0-d array)")
+        if dimensions != 1:
+            raise TokenIdsError(f"{what} must be a sequence of integers, got a {dimensions}-d array")
+        return token_ids.tolist()  # one conversion to Python ints
+    if not isinstance(token_ids, Sequence):  # a set (arbitrary order), an iterator, a number, None
+        raise TokenIdsError(f"{what} must be a sequence of integers, got {type(token_ids).__name__}")
     return token_ids if type(token_ids) is list else list(token_ids)
 
 
-def as_token_ids(token_ids: Any, what: str = "token_ids") -> list[int]:
+def as_token_ids(token_ids: Any, what: str = "token_ids", vocab_size: int | None = None) -> list[int]:
     """``token_ids`` as a list of Python ints: any sequence of integers (list, tuple, numpy array,
-    torch tensor, ``array.array``) is accepted; anything else is a ValueError naming the culprit."""
+    torch tensor, ``array.array``) is accepted; anything else is a :class:`TokenIdsError` (a
+    ``TypeError``) naming ``what`` and, for an element, its position.
+
+    ``vocab_size``: ids must also lie in ``[0, vocab_size)``; one outside is a ``ValueError`` naming
+    ``what``, the position and the id (checked with ``min``/``max`` in C; positions are looked for
+    only when one is out).
+    """
     if type(token_ids) is list and set(map(type, token_ids)) <= _INT:  # the common case, checked in C
-        return token_ids
-    ids = token_sequence(token_ids, what)
-    if set(map(type, ids)) <= _INT:
-        return ids
-    checked = []
-    for index, token in enumerate(ids):
-        if isinstance(token, bool) or not hasattr(token, "__index__"):
-            raise ValueError(f"{what}[{index}] must be an integer, got {type(token).__name__} {token!r}")
-        checked.append(operator.index(token))
-    return checked
+        ids = token_ids
+    else:
+        ids = token_sequence(token_ids, what)
+        if not set(map(type, ids)) <= _INT:
+            checked = []
+            for index, token in enumerate(ids):
+                if isinstance(token, bool) or not hasattr(token, "__index__"):
+                    raise TokenIdsError(f"{what}[{index}] must be an integer, got {type(token).__name__} {token!r}")
+                checked.append(operator.index(token))
+            ids = checked
+    if vocab_size is not None and ids and (min(ids) < 0 or max(ids) >= vocab_size):
+        index, token = next((index, token) for index, token in enumerate(ids) if not 0 <= token < vocab_size)
+        raise ValueError(
+            f"{what}[{index}] is {token}, outside the tokenizer's vocabulary (ids 0 to {vocab_size - 1})"
+        )
+    return ids
 
 
 def decoded_prefix_lengths(decode: Callable[[Sequence[int]], str], ids: list[int]) -> list[int]:
@@ -660,6 +719,7 @@ def to_parsed_response(parse: TextParse, token_span) -> ParsedResponse:
                 token_span=token_span(call.start, call.end),
                 status=call.status,
                 id=call.id,
+                reason=call.reason,
             )
             for call in parse.calls
         ],

@@ -66,6 +66,7 @@ from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, templ
 from .bridge import RETENTION_POLICIES
 from .fingerprint import tokenizer_fingerprint
 from .names import generated_family_for_prime, model_spellings, prime_family_of
+from .tokenization import _requested_backend
 
 logger = logging.getLogger(__name__)
 
@@ -149,20 +150,35 @@ def generated_index(package: str = GENERATED_PACKAGE) -> tuple[GeneratedEntry, .
     GeneratedRendererError (regenerate, or run ``python -m compiler check``);
     ``generated_index.cache_clear()`` re-reads it.
     """
+    name = f"{package}.{INDEX_MODULE}"
     try:
-        index = importlib.import_module(f"{package}.{INDEX_MODULE}")
+        index = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name == package or (exc.name and package.startswith(exc.name + ".")):
             logger.warning("no generated renderers: package %r is not importable", package)
             return ()
+        if exc.name != name:
+            raise _unreadable_index(name, exc) from exc
         raise GeneratedRendererError(
-            f"{package} has no index ({package}.{INDEX_MODULE}); regenerate a renderer with the compiler "
+            f"{package} has no index ({name}); regenerate a renderer with the compiler "
             "(python -m compiler generate) to write it"
         ) from None
-    fingerprints = getattr(index, "TOKENIZER_FINGERPRINTS", {})  # an index written before fingerprints has none
-    return tuple(
-        GeneratedEntry(family, class_name, sha256, tuple(model_ids), package, fingerprints.get(family))
-        for family, (class_name, sha256, model_ids) in sorted(index.RENDERERS.items())
+    except Exception as exc:  # noqa: BLE001 - a damaged file (half-written, hand-edited): whatever it raises
+        raise _unreadable_index(name, exc) from exc
+    try:
+        fingerprints = getattr(index, "TOKENIZER_FINGERPRINTS", {})  # an index written before fingerprints has none
+        return tuple(
+            GeneratedEntry(family, class_name, sha256, tuple(model_ids), package, fingerprints.get(family))
+            for family, (class_name, sha256, model_ids) in sorted(index.RENDERERS.items())
+        )
+    except Exception as exc:  # noqa: BLE001 - not {module: (class, sha256, model ids)}
+        raise _unreadable_index(name, exc) from exc
+
+
+def _unreadable_index(name: str, exc: Exception) -> GeneratedRendererError:
+    return GeneratedRendererError(
+        f"the generated index {name} cannot be read ({type(exc).__name__}: {exc}); run python -m compiler "
+        "check to find what is stale, and regenerate (python -m compiler generate) to rewrite it"
     )
 
 
@@ -510,6 +526,7 @@ def resolve(
     tokens: only for callers that prefer some renderer to none).
     """
     kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs, knobs, thinking_retention)
+    _requested_backend(None)  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
     if renderer is not None and renderer != "auto":  # "auto": PrimeIntellect's name for no override
         return _with_retention(_explicit(renderer, model, tokenizer, kwargs, thinking_retention), thinking_retention)
     template = chat_template_of(tokenizer)

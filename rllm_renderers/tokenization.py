@@ -268,7 +268,8 @@ def _requested_backend(backend: str | None) -> str:
     """One of ``BACKENDS``: the argument, else ``RLLM_RENDERERS_ENCODER``, else ``"auto"``."""
     choice = backend or os.environ.get("RLLM_RENDERERS_ENCODER") or "auto"
     if choice not in BACKENDS:
-        raise ValueError(f"encoder backend must be one of {', '.join(map(repr, BACKENDS))}; got {choice!r}")
+        source = "the encoder backend" if backend else "RLLM_RENDERERS_ENCODER (the encoder backend)"
+        raise ValueError(f"{source} must be one of {', '.join(map(repr, BACKENDS))}; got {choice!r}")
     return choice
 
 

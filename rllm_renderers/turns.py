@@ -3,22 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .types import Message
-
-
-def valid_ids(token_ids: Any, vocab_size: int | None) -> list[int]:
-    """The ids a tokenizer can decode: ints in ``[0, vocab_size)``; anything else is dropped."""
-    result = []
-    for token in token_ids if token_ids is not None else ():
-        try:
-            token = int(token)
-        except (TypeError, ValueError):
-            continue
-        if token >= 0 and (vocab_size is None or token < vocab_size):
-            result.append(token)
-    return result
 
 
 def cut_at_stop(completion: list[int], stop_ids: Sequence[int], close_id: int | None) -> list[int] | None:

@@ -139,6 +139,9 @@ class ParsedToolCall:
     token_span: tuple[int, int] | None = None
     status: ToolCallParseStatus = ToolCallParseStatus.OK
     id: str | None = None
+    #: Why the call could not be read, where its status alone does not say (arguments nested past
+    #: the recursion limit); None otherwise.
+    reason: str | None = None
 
 
 @dataclass

@@ -185,6 +185,7 @@ class BridgeAudit:
             self.counts["extends"] += extends
             self.counts["oracle suffix not found"] += suffix is None
         next_prompt = None
+        junk = [token % renderer.vocab_size for token in junk]  # sampled ids: of the vocabulary (a synthetic one is small)
         variants = [("sampled", completion), ("ran past the stop", completion + junk)]
         close = renderer.encoder.encode(renderer.TURN.close) if renderer.TURN.close else []
         if len(close) == 1 and completion[-1] == close[0]:  # (a close of several tokens is not restored)

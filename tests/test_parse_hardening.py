@@ -165,7 +165,7 @@ def test_as_token_ids_rejects_float_and_2d_arrays():
         as_token_ids(numpy.array([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"token_ids\[0\] must be an integer, got float"):
         as_token_ids([1.0, 2.0])
-    with pytest.raises(ValueError, match=r"token_ids\[0\] must be an integer, got list"):
+    with pytest.raises(ValueError, match=r"token_ids must be a sequence of integers, got a 2-d array"):
         as_token_ids(numpy.array([[1, 2]]))
     with pytest.raises(ValueError, match="got a scalar"):
         as_token_ids(numpy.array(5))

@@ -99,6 +99,7 @@ def test_bridge_extends_previous_ids_or_returns_none(family):
             if pair is None:
                 continue
             prompt, completion = pair
+            junk = [token % renderer.vocab_size for token in junk]  # sampled ids: of the vocabulary (a synthetic one is small)
             variants = {
                 "sampled": (completion, completion),
                 "truncated": (completion[:-1], completion),  # the bridge restores the close
@@ -227,16 +228,21 @@ def test_parse_response_round_trips_the_template_rendering(family):
 
 @pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
 def test_parse_response_never_raises(family):
+    """On any sequence of ids of the vocabulary; one outside it is the caller's error, named."""
     renderer = family.renderer_class(family.load_tokenizer())
     generator = random.Random(7)
-    vocabulary = renderer.encoder._vocab_size
+    vocabulary = renderer.vocab_size
     special = renderer.get_stop_token_ids() + [renderer.encoder.token_id(t) for t in markers_of(renderer) if t in renderer.encoder.added_token_strings]
     for _ in range(300):
         ids = [
-            generator.choice(special) if generator.random() < 0.2 else generator.randint(-10, vocabulary + 10)
+            generator.choice(special) if generator.random() < 0.2 else generator.randint(0, vocabulary - 1)
             for _ in range(generator.randint(0, 40))
         ]
         renderer.parse_response(ids)
+        outside = generator.choice([-1, -10, vocabulary, vocabulary + 10])
+        position = generator.randint(0, len(ids))
+        with pytest.raises(ValueError, match=rf"token_ids\[{position}\] is {outside}, outside the tokenizer's vocabulary"):
+            renderer.parse_response(ids[:position] + [outside] + ids[position:])
 
 
 @pytest.mark.parametrize("family", with_gaps(SAMPLED_MASK_GAPS))

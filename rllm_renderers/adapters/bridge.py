@@ -27,12 +27,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..parsing import as_token_ids
-from ..turns import cut_at_stop, tool_names, valid_ids
+from ..turns import cut_at_stop, tool_names
 from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BridgedAdapter", "PromptMemo", "attribute_tokens", "cut_at_stop", "tool_names", "valid_ids"]
+__all__ = ["BridgedAdapter", "PromptMemo", "attribute_tokens", "cut_at_stop", "tool_names"]
 
 RenderIds = Callable[[list[Message], bool], list[int]]
 
@@ -198,9 +198,10 @@ class BridgedAdapter(ABC):
     def parse_response(
         self, token_ids: list[int], *, tools: list[ToolSpec] | None = None, prompt_ids: list[int] | None = None
     ) -> ParsedResponse:
-        """The backend's parse of the completion; never raises (ids outside the vocabulary are
-        dropped, and a parser failure yields the best-effort decoded text as content)."""
-        ids = valid_ids(as_token_ids(token_ids), self.vocab_size)  # a non-integer is a ValueError
+        """The backend's parse of the completion; never raises on ids of the vocabulary (a parser
+        failure yields the best-effort decoded text as content). Anything else is refused as a
+        generated renderer refuses it: a TypeError, or a ValueError naming an id outside the vocabulary."""
+        ids = as_token_ids(token_ids, "token_ids", self.vocab_size)
         try:
             return self._parse(ids, tools)
         except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
@@ -222,16 +223,15 @@ class BridgedAdapter(ABC):
         new_messages = list(new_messages)
         if not new_messages or any(m.get("role") == "assistant" for m in new_messages):
             return None
-        prompt = [int(t) for t in previous_prompt_ids]
+        prompt = as_token_ids(previous_prompt_ids, "previous_prompt_ids", self.vocab_size)
+        completion_ids = as_token_ids(previous_completion_ids, "previous_completion_ids", self.vocab_size)
         recalled = self._memo.recall(prompt)
         if recalled is None:
             return None
         history, prompt_tools = recalled
         if tools is not None and tools != prompt_tools:
             return None
-        completion = cut_at_stop(
-            [int(t) for t in previous_completion_ids], self.get_stop_token_ids(), self.close_token_id
-        )
+        completion = cut_at_stop(completion_ids, self.get_stop_token_ids(), self.close_token_id)
         if completion is None:
             return None
         expected = prompt + completion

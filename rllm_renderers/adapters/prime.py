@@ -35,7 +35,7 @@ from typing import Any
 
 from ..types import ParsedResponse, ParsedToolCall, RenderedTokens, ToolCallParseStatus
 from ..parsing import as_token_ids
-from .bridge import cut_at_stop, valid_ids
+from .bridge import cut_at_stop
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class PrimeAdapter:
 
     def parse_response(self, token_ids, *, tools=None, prompt_ids=None) -> ParsedResponse:
         vocab = len(self.tokenizer) if self.tokenizer is not None else None
-        ids = valid_ids(as_token_ids(token_ids), vocab)  # a non-integer is a ValueError
+        ids = as_token_ids(token_ids, "token_ids", vocab)  # a TypeError, or a ValueError naming an id outside
         try:
             return _parsed(self.inner.parse_response(ids, tools=tools, prompt_ids=prompt_ids))
         except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
@@ -220,13 +220,12 @@ class PrimeAdapter:
 
     def bridge_to_next_turn(self, previous_prompt_ids, previous_completion_ids, new_messages, *, tools=None, messages=None):
         # ``messages`` is accepted as generated renderers do; prime's bridge works from ids alone
-        result = self.inner.bridge_to_next_turn(
-            list(previous_prompt_ids), list(previous_completion_ids), new_messages, tools=tools
-        )
+        vocab = len(self.tokenizer) if self.tokenizer is not None else None
+        prompt = as_token_ids(previous_prompt_ids, "previous_prompt_ids", vocab)
+        completion = as_token_ids(previous_completion_ids, "previous_completion_ids", vocab)
+        result = self.inner.bridge_to_next_turn(list(prompt), list(completion), new_messages, tools=tools)
         if result is None:
             return None
-        prompt = [int(t) for t in previous_prompt_ids]
-        completion = [int(t) for t in previous_completion_ids]
         cut = cut_at_stop(completion, self.get_stop_token_ids(), None) or completion
         expected = prompt + cut
         ids = [int(t) for t in result.token_ids]
