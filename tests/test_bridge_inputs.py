@@ -191,15 +191,17 @@ def test_a_prompt_holding_sampled_tokens_of_another_split_goes_on_from_messages(
     assert renderer.decode(again.token_ids) == renderer.render_text(history + [reply, FOLLOW_UP], add_generation_prompt=True)
 
 
-def test_history_comes_from_the_renderer_or_the_caller_never_a_guess(llama):
+def test_history_comes_from_the_renderer_the_caller_or_the_prompt_never_a_guess(llama):
     renderer, prompt, completion, expected = llama
-    other = renderer_of("llama_3_1")  # never rendered this prompt: it cannot know the history
-    assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None
+    other = renderer_of("llama_3_1")  # never rendered this prompt: it reads the history back from it
+    assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]).token_ids == expected
     assert other.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
     assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]).token_ids == expected
-    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS) is None  # not its tools
-    for clone in (pickle.loads(pickle.dumps(renderer)), copy.deepcopy(renderer)):
-        assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]) is None  # starts empty
+    # the prompt was rendered without tools: no conversation with these tools renders to it
+    assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS) is None
+    assert renderer_of("llama_3_1").bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS) is None
+    for clone in (pickle.loads(pickle.dumps(renderer)), copy.deepcopy(renderer)):  # (they start empty)
+        assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP]).token_ids == expected
         assert clone.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=[USER]).token_ids == expected
 
 
