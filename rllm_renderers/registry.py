@@ -13,6 +13,10 @@ Precedence (first match wins):
    (``rllm_renderers.generated._index``), so resolution imports only the module it uses.
    Drift guard: a ``model`` listed by a generated renderer whose tokenizer template hashes
    differently logs a warning naming both hashes and falls through.
+   A model whose inference servers render prompts with another reference than its HF template
+   follows that reference by default (``SERVED_BY``): gpt-oss gets ``gpt_oss_harmony``, exact to
+   OpenAI's harmony encoder, which vLLM and SGLang render gpt-oss with; ``renderer="gpt_oss"``
+   still gives the renderer exact to the HF template.
    A generated renderer that matches but cannot be imported or built is an error, not a silent
    change of tokens: ``allow_fallback=True`` lets resolution continue down this list instead,
    with an error-level log.
@@ -45,6 +49,7 @@ from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, templ
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "SERVED_BY",
     "GeneratedEntry",
     "GeneratedRendererError",
     "Resolution",
@@ -53,12 +58,17 @@ __all__ = [
     "generated_index",
     "get_renderer",
     "resolve",
+    "served_by",
 ]
 
 SOURCES = ("generated", "prime", "tinker", "chat_template")
 GENERATED_PACKAGE = "rllm_renderers.generated"
 #: The module (inside the generated package) holding the index the compiler writes.
 INDEX_MODULE = "_index"
+#: Generated renderer (compiled from a model's HF template) -> the one resolution picks instead by
+#: default, because the servers render that model's prompts with another reference and the tokens it
+#: samples follow it: vLLM and SGLang render gpt-oss with OpenAI's harmony encoder.
+SERVED_BY = {"gpt_oss": "gpt_oss_harmony"}
 
 
 class ResolutionError(LookupError):
@@ -172,6 +182,19 @@ def _generated_by_content(model: str, template: str | None) -> GeneratedEntry | 
                 entry.family,
             )
     return None
+
+
+def served_by(entry: GeneratedEntry | None) -> GeneratedEntry | None:
+    """``entry``, or the generated renderer that ``SERVED_BY`` names in its place."""
+    if entry is None or entry.family not in SERVED_BY:
+        return entry
+    target = SERVED_BY[entry.family]
+    served = next((e for e in generated_index(entry.package) if e.family == target), None)
+    if served is None:
+        raise GeneratedRendererError(
+            f"{entry.import_path} is served by generated renderer {target!r}, which the index does not list"
+        )
+    return served
 
 
 def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
@@ -361,7 +384,7 @@ def resolve(
     kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs)
     if renderer is not None:
         return _explicit(renderer, model, tokenizer, kwargs)
-    entry = _generated_by_content(model, chat_template_of(tokenizer))
+    entry = served_by(_generated_by_content(model, chat_template_of(tokenizer)))
     if entry is not None:
         try:
             return _build_generated(entry, tokenizer, kwargs)
