@@ -31,6 +31,10 @@ Precedence (first match wins):
       No fingerprint match and a name that points to a renderer: that renderer, by name.
    c. ``tokenizer=None`` (text-only use): the name alone, as in b.
 
+   A model whose inference servers render prompts with another reference than its HF template
+   follows that reference by default (``SERVED_BY``): gpt-oss gets ``gpt_oss_harmony``, exact to
+   OpenAI's harmony encoder, which vLLM and SGLang render gpt-oss with; ``renderer="gpt_oss"``
+   still gives the renderer exact to the HF template.
    A generated renderer that matches but cannot be imported or built is an error, not a silent
    change of tokens: ``allow_fallback=True`` lets resolution continue down this list instead,
    with an error-level log.
@@ -72,6 +76,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "AmbiguousRendererError",
+    "SERVED_BY",
     "GeneratedEntry",
     "GeneratedRendererError",
     "Resolution",
@@ -80,12 +85,17 @@ __all__ = [
     "generated_index",
     "get_renderer",
     "resolve",
+    "served_by",
 ]
 
 SOURCES = ("generated", "prime", "tinker", "chat_template")
 GENERATED_PACKAGE = "rllm_renderers.generated"
 #: The module (inside the generated package) holding the index the compiler writes.
 INDEX_MODULE = "_index"
+#: Generated renderer (compiled from a model's HF template) -> the one resolution picks instead by
+#: default, because the servers render that model's prompts with another reference and the tokens it
+#: samples follow it: vLLM and SGLang render gpt-oss with OpenAI's harmony encoder.
+SERVED_BY = {"gpt_oss": "gpt_oss_harmony"}
 
 
 class ResolutionError(LookupError):
@@ -263,6 +273,7 @@ def _generated_without_template(model: str, tokenizer: Any) -> _ContentMatch:
     if tokenizer is not None and family is not None and generated_family_for_prime(family) is None:
         return _ContentMatch(None)  # their renderer for this exact model (step 3) beats a tokenizer match
     fitting = [e for e in generated_index() if fingerprint is not None and e.tokenizer_fingerprint == fingerprint]
+    fitting = list(dict.fromkeys(map(served_by, fitting)))  # (gpt_oss is served by gpt_oss_harmony: one renderer)
     if len(fitting) == 1:
         if named:
             logger.warning(
@@ -294,6 +305,19 @@ def _ambiguity(model: str, tied: tuple[GeneratedEntry, ...]) -> AmbiguousRendere
         "or create_renderer(tokenizer, renderer=...)), or load the tokenizer with its chat template",
         tuple(e.family for e in tied),
     )
+
+
+def served_by(entry: GeneratedEntry | None) -> GeneratedEntry | None:
+    """``entry``, or the generated renderer that ``SERVED_BY`` names in its place."""
+    if entry is None or entry.family not in SERVED_BY:
+        return entry
+    target = SERVED_BY[entry.family]
+    served = next((e for e in generated_index(entry.package) if e.family == target), None)
+    if served is None:
+        raise GeneratedRendererError(
+            f"{entry.import_path} is served by generated renderer {target!r}, which the index does not list"
+        )
+    return served
 
 
 def _build_generated(
@@ -533,9 +557,10 @@ def resolve(
     match = _ContentMatch(_generated_by_template(model, template)) if template is not None else None
     if match is None:
         match = _generated_without_template(model, tokenizer)
-    if match.entry is not None:
+    entry = served_by(match.entry)
+    if entry is not None:
         try:
-            return _build_generated(match.entry, tokenizer, kwargs, thinking_retention)
+            return _build_generated(entry, tokenizer, kwargs, thinking_retention)
         except GeneratedRendererError as exc:
             if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
                 raise GeneratedRendererError(

@@ -8,8 +8,9 @@ python3 -m venv .venv
 # Optional run-time backends, exercised by tests/test_registry.py and tests/test_conformance.py:
 # prime (renderers + httpx), tinker (CPU torch, the tinker SDK, Pillow), harmony (openai-harmony,
 # the gpt-oss oracle; it reads the o200k vocabulary derived from the corpus tokenizer, no download)
-# and bench (tml-renderers, for benchmarks/bench_render.py), then tinker-cookbook itself without
-# its declared dependencies, which its renderers do not need.
-.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench]"
+# bench (tml-renderers, for benchmarks/bench_render.py) and prime-suite (pytest-asyncio, for
+# PrimeIntellect's own tests in scripts/prime_suite.sh), then tinker-cookbook itself without its
+# declared dependencies, which its renderers do not need.
+.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite]"
 .venv/bin/python -m pip install --quiet --no-deps "tinker-cookbook==0.6.1"
 .venv/bin/python -c "import torch; torch.version.cuda and print('warning: a CUDA torch build was installed')"

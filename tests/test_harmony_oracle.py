@@ -205,11 +205,37 @@ def test_the_harmony_override_renders_what_harmony_renders(oracles):
     assert report.tokens_matched >= CASES // 4
 
 
-def test_resolve_selects_the_harmony_renderer_by_name_and_the_template_one_by_default():
+def test_resolve_follows_harmony_by_default_and_gives_the_template_renderer_by_name():
+    """vLLM and SGLang render gpt-oss prompts with harmony, so the model samples harmony: resolve()
+    picks the harmony renderer for the gpt-oss tokenizer (and for the model id alone); the
+    renderer exact to the HF template is still there by name."""
+    import copy
+
     from rllm_renderers import resolve
 
-    tokenizer = FAMILY.load_tokenizer()
-    harmony = resolve("openai/gpt-oss-20b", tokenizer, renderer="gpt_oss_harmony")
-    assert (harmony.source, type(harmony.renderer).__name__) == ("generated", "GptOssHarmonyRenderer")
-    default = resolve("openai/gpt-oss-20b", tokenizer)
-    assert type(default.renderer).__name__ != "GptOssHarmonyRenderer"
+    tokenizer = copy.copy(FAMILY.load_tokenizer())
+    tokenizer.chat_template = FAMILY.template_source()  # matched by the HF template's sha256
+    for default in (resolve("any/gpt-oss-finetune", tokenizer), resolve("openai/gpt-oss-20b", None)):
+        assert (default.source, default.name, type(default.renderer).__name__) == (
+            "generated",
+            "gpt_oss_harmony",
+            "GptOssHarmonyRenderer",
+        )
+    template = resolve("openai/gpt-oss-20b", tokenizer, renderer="gpt_oss")
+    assert (template.source, type(template.renderer).__name__) == ("generated", "GptOssRenderer")
+
+
+def test_the_harmony_renderer_takes_harmonys_conversation_start_date(oracles):
+    """harmony's SystemContent.with_conversation_start_date, as a knob (default: today)."""
+    _, harmony, tokenizer = oracles
+    messages = [{"role": "system", "content": "Be brief."}, USER]
+    renderer = HARMONY_FAMILY.renderer_class(tokenizer, conversation_start_date="2025-01-15")
+    text = renderer.render_text(messages, tools=TOOLS, add_generation_prompt=True)
+    assert "\nCurrent date: 2025-01-15\n" in text
+    knobs = {"conversation_start_date": "2025-01-15"}
+    assert text == harmony.render_text(messages, tools=TOOLS, add_generation_prompt=True, knobs=knobs)
+    assert renderer.render_ids(messages, tools=TOOLS, add_generation_prompt=True) == harmony.render_ids(
+        messages, tools=TOOLS, add_generation_prompt=True, knobs=knobs
+    )
+    with pytest.raises(Exception, match="conversation_start_date must be a string"):
+        HARMONY_FAMILY.renderer_class(tokenizer, conversation_start_date=20250115).render_text(messages)

@@ -27,7 +27,8 @@ vLLM's gpt-oss serving path build one:
 an assistant message and no generation prompt with ``render_conversation_for_training`` (the final
 message ends in ``<|return|>``); anything else with ``render_conversation``.
 Knobs: ``reasoning_effort`` (low / medium / high) and ``model_identity``, as the HF template
-reads them; ``builtin_tools`` (browser / python) selects harmony's built-in tool sections.
+reads them; ``conversation_start_date`` (harmony's ``Current date``, today when unset);
+``builtin_tools`` (browser / python) selects harmony's built-in tool sections.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 from ..oracle import EMPTY_CONVERSATION_MESSAGE, OracleRejected
 from . import OracleUnavailable, TokenOracle
 
-KNOBS = ("reasoning_effort", "model_identity", "builtin_tools")
+KNOBS = ("reasoning_effort", "model_identity", "conversation_start_date", "builtin_tools")
 
 
 def _harmony():
@@ -81,7 +82,12 @@ class HarmonyOracle(TokenOracle):
         unknown = sorted(set(knobs) - set(KNOBS))
         if unknown:
             raise ValueError(f"the harmony oracle has no knob {unknown[0]!r} (its knobs: {', '.join(KNOBS)})")
-        content = h.SystemContent.new().with_conversation_start_date(datetime.date.today().strftime("%Y-%m-%d"))
+        date = knobs.get("conversation_start_date")
+        if date is None:
+            date = datetime.date.today().strftime("%Y-%m-%d")
+        elif not isinstance(date, str):
+            raise OracleRejected(f"conversation_start_date must be a string, got {date!r}", "TypeError")
+        content = h.SystemContent.new().with_conversation_start_date(date)
         effort = knobs.get("reasoning_effort", "medium")
         efforts = {"low": h.ReasoningEffort.LOW, "medium": h.ReasoningEffort.MEDIUM, "high": h.ReasoningEffort.HIGH}
         if effort not in efforts:
