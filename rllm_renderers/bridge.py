@@ -298,36 +298,41 @@ def bridge_turn(
 
 
 def bridge_from_recovered(turn: "BridgePoint", template_tools: Any) -> RenderedTokens | None:
-    """The bridge from a prompt the renderer did not produce, on the conversation recovered from the
-    prompt's text (:mod:`rllm_renderers.recovery`): proven to encode to exactly the prompt, and
-    bridged only when every conversation the prompt cannot tell apart from it bridges alike."""
+    """The bridge from a prompt the renderer did not produce, on the conversations recovered from the
+    prompt's text (:mod:`rllm_renderers.recovery`). Each reading that proves to be the prompt's (it
+    encodes to exactly the prompt) is bridged; all of them must give the same tokens (a reading that
+    gives None, or other tokens, means the prompt does not say which history it holds), and at
+    least one must prove."""
     renderer = turn.renderer
     try:
         recovery = recover_conversation(renderer, renderer._decode(turn.prompt), turn.tools)
     except Unrecoverable as exc:
         explain_once(renderer, str(exc))
         return None
-
-    def bridged_from(messages):
+    outcomes = []
+    for reading in (recovery.messages, *recovery.variants):
         try:
-            history = History(list(renderer.template_messages(messages)), template_tools)
-        except ValueError:
-            return None
-        return turn.bridge(history, False, None, True, strict=True)
-
-    bridged = bridged_from(recovery.messages)
-    if bridged is None:
+            history = History(list(renderer.template_messages(reading)), template_tools)
+            outcomes.append(turn.bridge(history, False, None, True, strict=True))
+        except (ValueError, NotThePrompt):  # not a conversation the template takes, or not this prompt's
+            continue
+    if not outcomes:
+        explain_once(renderer, "prove: no conversation read from the text encodes to the prompt's ids")
+        return None
+    if any(outcome is None for outcome in outcomes):
         # (as with a caller's messages: mostly a template that rewrites the sampled turn, a normal None)
         explain_once(renderer, "no bridge on the recovered conversation either", always_debug=True)
         return None
-    result, memory = bridged
-    for variant in recovery.variants:
-        other = bridged_from(variant)
-        if other is not None and list(other[0].token_ids) != list(result.token_ids):
-            explain_once(renderer, "hidden: a field the prompt does not show changes the next turn's tokens")
-            return None
+    result, memory = outcomes[0]
+    if any(list(other.token_ids) != list(result.token_ids) for other, _ in outcomes[1:]):
+        explain_once(renderer, "hidden: conversations the prompt cannot tell apart bridge to other tokens")
+        return None
     renderer.prompt_histories.remember(result.token_ids, memory)
     return result
+
+
+class NotThePrompt(Exception):
+    """A recovered conversation whose render is not the previous prompt (``BridgePoint.bridge``, strict)."""
 
 
 class BridgePoint(NamedTuple):
@@ -349,7 +354,8 @@ class BridgePoint(NamedTuple):
 
         ``known``: the history is the prompt's (remembered); else it must prove to be
         (:func:`renders_previous_prompt`; ``strict``: on every token, also under "verbatim"), and a
-        caller's ``messages`` (``messages_given``) that does not is a ValueError, a recovered one None.
+        caller's ``messages`` (``messages_given``) that does not is a ValueError, a recovered one
+        (``strict``) :class:`NotThePrompt`.
         """
         renderer, prompt, completion, new = self.renderer, self.prompt, self.completion, self.new
         kept = closed_completion(renderer, completion)
@@ -369,12 +375,14 @@ class BridgePoint(NamedTuple):
             return None
         if not ends_like(renderer, prompt, render.prompt_text):
             if strict:
-                return None
+                raise NotThePrompt
             return no_generation_prompt_or_mismatch(renderer, prompt, history, history.messages if messages_given else None)
         if not known and not renders_previous_prompt(
             renderer, prompt, history, render, remembered, messages_given and not strict
         ):
-            if not messages_given or strict:
+            if strict:
+                raise NotThePrompt
+            if not messages_given:
                 return None  # the prompt's own conversation renders otherwise with these tools
             raise ValueError(
                 "previous_prompt_ids are not the template's rendering of `messages` with these `tools` (they "

@@ -51,7 +51,8 @@ NEEDLE = re.compile(f"{NEEDLE_OPEN}(\\d+){NEEDLE_CLOSE}")
 RUN_BUDGET = 4000
 ROLES_READ_AS_NEEDLES = ("system", "user", "tool")
 HISTORY_CLOSES_TRIED = 4  # where a history turn may end: its first few closes
-FILLER = 999_999  # the placeholder of a message added only so that the template renders the others
+FILLER = 999_999
+MAX_READINGS = 8  # conversations one text may read as before it counts as ambiguous  # the placeholder of a message added only so that the template renders the others
 _explained: set[tuple[type, str]] = set()
 
 
@@ -106,16 +107,18 @@ class Reader:
         self.opening = renderer.turn_opening()
         self.stops = tuple(stop for stop in (renderer.TURN.stop_tokens if renderer.TURN else ()) if stop)
         boundaries = sorted({*self.stops, self.opening.strip(), *self.markers()} - {""}, key=len, reverse=True)
-        # (and a message's text is never empty: else any number of empty messages would fit)
-        self.capture = f"(?:(?!{'|'.join(map(re.escape, boundaries))}).)+?" if boundaries else ".+?"
+        self.capture = f"(?:(?!{'|'.join(map(re.escape, boundaries))}).)*?" if boundaries else ".*?"
 
     def markers(self) -> set[str]:
         """The tokenizer's added tokens the template itself writes around messages (found in a render
         of one message of each role): a message's text holding one would be ambiguous."""
-        roles = [role for role in ("system", "user", "assistant") if role in (self.renderer.ROLES or (role,))]
-        probe = [{"role": role, "content": needle(number)} for number, role in enumerate(roles)]
-        output = self.render([*probe, {"role": "user", "content": needle(len(probe))}], True)
-        literal = NEEDLE.sub("", output.text()) if output is not None else ""
+        literal = ""
+        for roles in (("system", "user", "assistant", "tool", "user"), ("system", "user", "assistant", "user")):
+            probe = [{"role": role, "content": needle(number)} for number, role in enumerate(roles)]
+            output = self.render([m for m in probe if m["role"] in (self.renderer.ROLES or (m["role"],))], True)
+            if output is not None:
+                literal = NEEDLE.sub("", output.text())
+                break
         # (not runs of white space or plain words, which tokenizers such as Gemma's also add)
         return {
             token
@@ -162,23 +165,27 @@ class Reader:
         return re.compile(self.pattern(rendered), re.DOTALL).match(self.text)
 
     # the steps of the search
-    def read(self) -> list[Message]:
-        """The conversation whose render with the generation prompt is the text (Unrecoverable if none)."""
-        found = self.search(Candidate([]))
-        if found is None:
+    def read(self) -> list[list[Message]]:
+        """Every conversation whose render with the generation prompt is the text (Unrecoverable if
+        none, or more than :data:`MAX_READINGS`): the whole search runs, so that a text that reads
+        in two ways is known to."""
+        readings = []
+        for reading in self.search(Candidate([])):
+            if reading not in readings:
+                readings.append(reading)
+            if len(readings) > MAX_READINGS:
+                raise Unrecoverable(f"ambiguous: more than {MAX_READINGS} conversations render to this text")
+        if not readings:
             raise Unrecoverable("split: no conversation the template renders to this prompt's text")
-        return found
+        return readings
 
-    def search(self, candidate: Candidate) -> list[Message] | None:
+    def search(self, candidate: Candidate):
         if candidate.messages:
             complete = self.complete(candidate)
             if complete is not None:
-                return complete
+                yield complete
         for extended in self.next_messages(candidate):
-            found = self.search(extended)
-            if found is not None:
-                return found
-        return None
+            yield from self.search(extended)
 
     def complete(self, candidate: Candidate) -> list[Message] | None:
         """The candidate with its placeholders filled, when its whole render is the text."""
@@ -408,14 +415,16 @@ def recover_conversation(renderer: "GeneratedRenderer", prompt_text: str, tools:
         raise Unrecoverable("no turn format")
     template_tools = renderer.template_tools(tools)
     reader = Reader(renderer, prompt_text, template_tools, tools)
-    messages = reader.read()
+    readings = []
+    for reading in reader.read():
+        # an assistant turn read as one text: the turn it holds is another reading
+        for candidate in (structured_turns(renderer, reading, tools), reading):
+            if candidate not in readings:
+                readings.append(candidate)
+    messages = readings[0]
     hidden = {
         index
         for index, message in enumerate(messages)
         if message.get("content") == "" and message.get("role") in ROLES_READ_AS_NEEDLES
     }
-    variants = hidden_variants(messages, hidden)
-    structured = structured_turns(renderer, messages, tools)
-    if structured != messages:  # an assistant turn read as one text: the turn it holds is another reading
-        messages, variants = structured, [messages, *variants]
-    return Recovery(messages, variants)
+    return Recovery(messages, [*readings[1:], *hidden_variants(messages, hidden)])

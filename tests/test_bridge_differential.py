@@ -39,6 +39,7 @@ from compiler.conversations import conversation_cases
 from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
+from rllm_renderers.prompt_memory import PromptHistories
 from tests.families import ALL_FAMILIES, assert_turns_checked, with_gaps
 from tests.turn_sampling import reasoned_turn, sampled_turn, template_suffix
 
@@ -195,6 +196,8 @@ class BridgeAudit:
             recalled = renderer.bridge_to_next_turn(prompt, given_completion, new, tools=tools)
             self.record(label, with_history, recalled, expected, full is not None and not ambiguous)
             if label == "sampled":
+                self.record_foreign(self.stranger(knobs).bridge_to_next_turn(prompt, given_completion, new, tools=tools),
+                                    expected, full is not None and not ambiguous)
                 next_prompt = with_history.token_ids if with_history is not None else None
                 if extends and not ambiguous and recalled is not None:
                     self.check_attribution(renderer, recalled, len(kept), history + [assistant] + new, tools, len(history) + 1)
@@ -223,6 +226,25 @@ class BridgeAudit:
         ):
             self.counts["disagree"] += 1
             self.note(f"messages= and recalled history disagree ({label})")
+
+    def stranger(self, knobs: dict):
+        """A renderer that never rendered any prompt (as behind rLLM's gateway, whose first prompt the
+        inference server renders): it must read the history back from the prompt itself."""
+        renderer = self.family.renderer_class(self.tokenizer, thinking_retention=self.retention, **knobs)
+        renderer.prompt_histories = PromptHistories()
+        return renderer
+
+    def record_foreign(self, result, expected, must_bridge: bool) -> None:
+        """The ids-only bridge on a prompt the renderer did not produce: never wrong; a None where the
+        bridge with the history bridged is a miss of the recovery (counted apart, see the test)."""
+        self.counts["foreign points"] += 1
+        if result is None:
+            self.counts["foreign miss"] += must_bridge and expected is not None
+            return
+        self.counts["foreign bridged"] += 1
+        if list(result.token_ids) != expected:
+            self.counts["wrong"] += 1
+            self.note("wrong (a prompt the renderer did not render)")
 
     def check_attribution(self, renderer, result, kept: int, conversation, tools, first_new: int) -> None:
         """The bridge's attribution of the tokens it added is render()'s of the same tokens, with message

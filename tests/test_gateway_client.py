@@ -255,12 +255,8 @@ def play_family(family, retention: str) -> Counter:
 
 
 def play_episode(client, url, session, worker, sampler, script, tools, retention, counts, log) -> None:
-    script = list(script)
-    try:  # (Gemma-3 has no tool role: such an episode is not one its users play)
-        worker.tokenizer.apply_chat_template(
-            worker.normalize(script), tools=tools, chat_template=worker.template, tokenize=False
-        )
-    except Exception:
+    script = playable(worker, script, tools)
+    if script is None:  # (Gemma-3 has no tool role: such an episode is not one its users play)
         counts["episode skipped: the template refuses it"] += 1
         return
     turns = [index for index, message in enumerate(script) if message["role"] == "assistant"]
@@ -269,9 +265,6 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
         history, assistant = script[:index], script[index]
         following = turns[turn + 1] if turn + 1 < len(turns) else len(script)
         sampled = sampled_turn(sampler, history, assistant, tools, script[index + 1 : following])
-        if sampled is None and assistant["content"] is None:  # a template that needs content with calls
-            assistant = script[index] = {**assistant, "content": ""}
-            sampled = sampled_turn(sampler, history, assistant, tools, script[index + 1 : following])
         if sampled is None or len(sampler.parse_response(sampled[1], tools=tools).tool_calls) != len(
             assistant.get("tool_calls") or []
         ):  # (DeepSeek-V3 drops the calls of a turn with content "", which transformers 5 needs)
@@ -289,6 +282,25 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
         if turn > 0:
             count_turn(sampler, worker, history, tools, previous, endpoint, prompt, retention, counts, log.reasons[reasons:])
         previous = (prompt, sampled[1])
+
+
+def playable(worker, script, tools) -> list | None:
+    """The script as the template takes it: tool-call turns with ``content`` None, else "" (after
+    transformers drops a None, several templates read the missing content and fail); None when the
+    template refuses it either way."""
+    for filler in (None, ""):
+        candidate = [
+            {**message, "content": filler} if message["role"] == "assistant" and message["content"] is None else message
+            for message in script
+        ]
+        try:
+            worker.tokenizer.apply_chat_template(
+                worker.normalize(candidate), tools=tools, chat_template=worker.template, tokenize=False
+            )
+        except Exception:  # noqa: BLE001 - whatever the template raises: it refuses the episode
+            continue
+        return candidate
+    return None
 
 
 def count_turn(sampler, worker, history, tools, previous, endpoint, prompt, retention, counts, reasons) -> None:
