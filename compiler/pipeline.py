@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import shlex
 import sys
 import tempfile
 import types
@@ -27,6 +28,7 @@ from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_mo
 from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, SourceError, VerificationError
 from .index import INDEX_FILE, index_source
+from .load_check import check_load_safe
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
@@ -82,7 +84,7 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
 
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:
-    command = f"python -m compiler generate --model {source.model_id}"
+    command = f"python -m compiler generate --model {shlex.quote(source.model_id)}"
     if source.origin == "corpus" or (source.origin == "override" and source.tokenizer_dir is not None):
         command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"  # an override's tokenizer comes from the corpus too
     if module and module != family_module_name(source.model_id):
@@ -211,6 +213,7 @@ def folder_package(folder: Path | None) -> str:
 def load_renderer_class(code: str, module_name: str, class_name: str, folder: Path | None = None) -> type:
     """Execute generated code as a fresh module (not registered in sys.modules); its relative
     imports (a ladder parent) come from ``folder``."""
+    check_load_safe(code, f"<generated {module_name}>")
     package = folder_package(folder)
     module = types.ModuleType(f"{package}.{module_name}")
     module.__file__ = f"<generated {module_name}>"
@@ -220,10 +223,18 @@ def load_renderer_class(code: str, module_name: str, class_name: str, folder: Pa
 
 
 def load_generated_file(path: Path) -> type:
-    """The renderer class defined in a generated file (its siblings importable as its package)."""
+    """The renderer class defined in a generated file (its siblings importable as its package);
+    a CompileError naming the file when it is not one (it is read, and checked, before it runs)."""
+    try:
+        check_load_safe(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompileError(f"cannot read {path}: {exc}") from None
     spec = importlib.util.spec_from_file_location(f"{folder_package(path.parent)}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - e.g. a ladder parent missing from the folder
+        raise CompileError(f"{path} cannot be loaded: {type(exc).__name__}: {exc}") from None
     classes = [
         value
         for value in vars(module).values()

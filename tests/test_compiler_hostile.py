@@ -1,0 +1,142 @@
+"""The compiler given hostile or huge input: nothing in data runs, errors are one line, runs are atomic.
+
+Data never becomes code: a model id, manifest row, file name or template string reaches a
+generated module only as an escaped literal, and the compiler checks a module before it runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from compiler.cli import main
+from compiler.errors import CompileError
+from compiler.load_check import check_load_safe
+from tests.families import corpus_path
+
+TINY = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message.role == 'user' %}<u>{{ message.content }}{{ eos_token }}"
+    "{% elif message.role == 'assistant' %}<a>{{ message.content }}{{ eos_token }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+)
+TOKENS = ["--special-token", "bos_token=<s>", "--special-token", "eos_token=</s>", "--offline"]
+
+
+def hostile_ids(sentinel: Path) -> list[str]:
+    """Model ids that ran code when pasted into a docstring (one per way out of it)."""
+    run = f'open({str(sentinel)!r}, "w")'
+    return [
+        f'evil/x""";{run};"""',  # ends the module and class docstrings on one line
+        f'evil/x"""\n{run}\n"""',  # the same over lines
+        f'evil/x\\"""\n{run}\n#\\',  # a backslash before the quotes, one at the end
+    ]
+
+
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
+def module_constants(path: Path) -> dict[str, object]:
+    """The literal class constants of a generated file, read without running it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (renderer,) = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in renderer.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.Tuple))
+    }
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_a_hostile_model_id_on_the_command_line_runs_nothing(tmp_path: Path, capsys, case: int):
+    sentinel = tmp_path / "ran"
+    model_id = hostile_ids(sentinel)[case]
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", model_id, "--template", str(template), "--out", str(out), "--cases", "3", *TOKENS])
+    assert code == 0, capsys.readouterr()
+    assert not sentinel.exists()
+    (written,) = [path for path in out.glob("*.py") if not path.name.startswith("_")]
+    assert module_constants(written)["MODEL_IDS"] == (model_id,)
+    text = written.read_text(encoding="utf-8")
+    tree = check_load_safe(text, str(written))  # only imports, literals and the class at top level
+    assert [type(node).__name__ for node in tree.body if isinstance(node, (ast.Expr, ast.ClassDef))] == ["Expr", "ClassDef"]
+    assert ascii(model_id).replace('"', "\\x22") in text  # in the docstrings: the escaped literal
+
+
+def test_a_hostile_model_id_in_a_corpus_manifest_runs_nothing(tmp_path: Path, capsys):
+    """A manifest row whose template matches the compiled one lands in MODEL_IDS and the docstring."""
+    real = corpus_path("templates", "MANIFEST.tsv").parent.parent
+    sentinel = tmp_path / "ran"
+    corpus = tmp_path / "corpus"
+    (corpus / "templates").mkdir(parents=True)
+    (corpus / "tokenizers").symlink_to(real / "tokenizers")  # referenced, not copied
+    template = "Qwen__Qwen2.5-7B-Instruct.jinja"
+    (corpus / "templates" / template).symlink_to(real / "templates" / template)
+    with (real / "templates" / "MANIFEST.tsv").open(newline="", encoding="utf-8") as handle:
+        rows = [row for row in csv.DictReader(handle, delimiter="\t") if row["file"] == template]
+    assert rows, "the corpus lists Qwen2.5's template"
+    hostile = [dict(rows[0], model_id=model_id) for model_id in hostile_ids(sentinel)]
+    with (corpus / "templates" / "MANIFEST.tsv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t")
+        writer.writeheader()
+        writer.writerows([rows[0], *hostile])
+    out = tmp_path / "out"
+    model = rows[0]["model_id"]
+    code = main(["generate", "--model", model, "--corpus", str(corpus), "--out", str(out), "--cases", "2", "--offline"])
+    assert code == 0, capsys.readouterr()
+    assert not sentinel.exists()
+    (written,) = [path for path in out.glob("*.py") if not path.name.startswith("_")]
+    assert module_constants(written)["MODEL_IDS"] == (model, *(row["model_id"] for row in hostile))
+
+
+def test_a_hostile_template_string_stays_inside_the_docstring(tmp_path: Path, capsys):
+    """The turn's closing marker, quoted in the class docstring, holds the docstring's own end."""
+    sentinel = tmp_path / "ran"
+    closing = f'"""\nopen({str(sentinel)!r}, "w")\n"""'
+    template = tmp_path / "quotes.jinja"
+    template.write_text(TINY.replace("{{ eos_token }}", "{{ eos_token }}" + closing.replace("\n", "{{ '\\n' }}")), "utf-8")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", "test/quotes", "--template", str(template), "--out", str(out), "--cases", "3", *TOKENS])
+    assert code == 0, capsys.readouterr()
+    assert not sentinel.exists()
+    tree = check_load_safe((out / "quotes.py").read_text(encoding="utf-8"), "quotes.py")
+    (renderer,) = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert "open(" in ast.get_docstring(renderer)  # the marker is described, as text
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import os",
+        "print('x')",
+        "X = open('f')",
+        "class R(GeneratedRenderer):\n    open('f')",
+        "class R(GeneratedRenderer):\n    X = open('f')",
+        "class R(GeneratedRenderer):\n    def f(self, x=open('f')):\n        pass",
+        "class R(GeneratedRenderer):\n    @print\n    def f(self):\n        pass",
+        "class R(GeneratedRenderer):\n    def f(self, x: open('f')):\n        pass",
+        "from os import system",
+        "@print\nclass R(GeneratedRenderer):\n    pass",
+    ],
+)
+def test_a_module_that_would_run_code_at_import_is_refused(statement: str):
+    with pytest.raises(CompileError, match="not loaded"):
+        check_load_safe(f'"""doc"""\nfrom rllm_renderers.base import GeneratedRenderer\n{statement}\n', "m.py")
+
+
+def test_every_checked_in_renderer_passes_the_load_check():
+    generated = Path(__file__).resolve().parent.parent / "generated"
+    files = [path for path in generated.glob("*.py") if not path.name.startswith("_")]
+    assert len(files) >= 30
+    for path in files:
+        check_load_safe(path.read_text(encoding="utf-8"), path.name)
