@@ -23,6 +23,7 @@ from .pipeline import (
     source_drifted,
     verify_compiled,
 )
+from .template_faults import DEFAULT_RENDER_SECONDS, RenderBudgetExceeded, render_budget, template_fault
 from .source import IN_CHECKOUT, REPO_ROOT, override_paths, read_corpus_manifest, resolve_source
 
 #: The checkout's generated/ folder; installed (the rllm-compile script), ./generated.
@@ -58,7 +59,29 @@ def module_name(value: str) -> str:
     return value
 
 
+def positive_seconds(value: str) -> float:
+    """``--render-budget``: a positive number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def add_budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--render-budget",
+        type=positive_seconds,
+        default=DEFAULT_RENDER_SECONDS,
+        metavar="SECONDS",
+        help=f"the longest one render of the template may run while compiling (default {DEFAULT_RENDER_SECONDS:g})",
+    )
+
+
 def add_source_options(parser: argparse.ArgumentParser) -> None:
+    add_budget_option(parser)
     parser.add_argument("--model", help="model id, e.g. Qwen/Qwen3-8B")
     parser.add_argument("--template", type=Path, help="a Jinja chat template file to compile")
     parser.add_argument("--tokenizer", type=Path, help="a local tokenizer folder (tokenizer.json + config)")
@@ -88,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
     generate_parser.add_argument(
-        "--parent", help="inherit from this module of the output folder (default: the best match there, if any)"
+        "--parent", type=module_name, help="inherit from this module of the output folder (default: the best match there, if any)"
     )
     generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
@@ -107,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
     check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
     check_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
+    add_budget_option(check_parser)
     return parser
 
 
@@ -170,8 +194,9 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         print(f"{path.name}: DRIFT: the template changed since generation (regenerate it)")
         return False
     # the checked-in class is what is verified: analysing the template is enough, no re-emission
-    prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
-    report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
+    with template_fault(source.display_name, source.source):
+        prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
+        report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
     print(f"{path.name} ({source.model_id}): {report.summary()} [parity: {prepared.parity}]")
     if not report.ok:
         print(report.failure.report())
@@ -272,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"generate": command_generate, "verify": command_verify, "check": command_check, "list": command_list}
     try:
-        return handlers[args.command](args)
+        with render_budget(getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)):
+            return handlers[args.command](args)
+    except RenderBudgetExceeded as exc:  # outside any one template's compile (template_fault names it there)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except CompileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

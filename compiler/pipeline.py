@@ -29,6 +29,7 @@ from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, SourceError, VerificationError
 from .index import INDEX_FILE, index_source
 from .load_check import check_load_safe
+from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
@@ -159,6 +160,11 @@ def compile_source(
     :mod:`compiler.ladder`), or from ``parent_module`` there when it is named. Nothing else is
     consulted, so the same template and output folder give the same bytes in any checkout.
     """
+    with template_fault(source.display_name, source.source):
+        return _compile_source(source, module, special_tokens, ladder_dir, parent_module)
+
+
+def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -> Compiled:
     prepared = prepare_source(source, special_tokens=special_tokens)
     facts, tokenizer = prepared.facts, prepared.tokenizer
     module_name = module or family_module_name(source.model_id)
@@ -214,6 +220,7 @@ def load_renderer_class(code: str, module_name: str, class_name: str, folder: Pa
     """Execute generated code as a fresh module (not registered in sys.modules); its relative
     imports (a ladder parent) come from ``folder``."""
     check_load_safe(code, f"<generated {module_name}>")
+    register_generated_code(f"<generated {module_name}>", code)
     package = folder_package(folder)
     module = types.ModuleType(f"{package}.{module_name}")
     module.__file__ = f"<generated {module_name}>"
@@ -226,9 +233,11 @@ def load_generated_file(path: Path) -> type:
     """The renderer class defined in a generated file (its siblings importable as its package);
     a CompileError naming the file when it is not one (it is read, and checked, before it runs)."""
     try:
-        check_load_safe(path.read_text(encoding="utf-8"), str(path))
+        code = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CompileError(f"cannot read {path}: {exc}") from None
+    check_load_safe(code, str(path))
+    register_generated_code(str(path), code)
     spec = importlib.util.spec_from_file_location(f"{folder_package(path.parent)}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -304,7 +313,8 @@ def generate(
         source, module=module, special_tokens=special_tokens, ladder_dir=out_dir, parent_module=parent_module
     )
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name, out_dir)
-    report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
+    with template_fault(source.display_name, source.source):
+        report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     try:

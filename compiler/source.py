@@ -67,6 +67,29 @@ def read_template(path: Path) -> str:
         raise SourceError(f"template file {path} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
     if "\x00" in text:
         raise SourceError(f"template file {path} is not a text file (it contains NUL bytes)")
+    return checked_template_text(text, f"template file {path}")
+
+
+def checked_model_id(model_id: str) -> str:
+    """``model_id`` when it names a model (``org/name``, or a bare ``name``); a SourceError when it
+    could name a path (it is looked up under templates_overrides/): no ``..``, no leading or
+    doubled ``/``, no more than one ``/``."""
+    parts = model_id.split("/")
+    if (
+        not model_id
+        or len(parts) > 2
+        or any(part in ("", ".", "..") for part in parts)
+        or "\x00" in model_id
+        or model_id != model_id.strip()
+    ):
+        raise SourceError(f"model id {model_id!r} is not an org/name pair (such as Qwen/Qwen3-8B)")
+    return model_id
+
+
+def checked_template_text(text: str, where: str) -> str:
+    """``text`` unless it is empty (an empty template renders nothing: there is nothing to compile)."""
+    if not text.strip():
+        raise SourceError(f"{where}: the template is empty")
     return text
 
 
@@ -86,7 +109,7 @@ def read_corpus_manifest(corpus: Path) -> list[CorpusEntry]:
 
 def override_paths(model_id: str) -> tuple[Path, Path]:
     """The override template (and its metadata) for ``model_id``: its own, or one listing it in ``also_models``."""
-    org, _, name = model_id.partition("/")
+    org, _, name = checked_model_id(model_id).partition("/")
     folder = OVERRIDES_DIR / org if name else OVERRIDES_DIR
     stem = name or org
     own = folder / f"{stem}.jinja", folder / f"{stem}.json"
@@ -108,6 +131,7 @@ def resolve_source(
     allow_hub: bool = True,
 ) -> TemplateSource:
     """Find the template (and tokenizer folder) for ``model_id``; raises SourceError naming what is missing."""
+    checked_model_id(model_id)
     corpus_entries = read_corpus_manifest(corpus) if corpus else []
     by_model = {entry.model_id: entry for entry in corpus_entries}
 
@@ -186,5 +210,6 @@ def hub_source(model_id: str, tokenizer: Path | None) -> TemplateSource:
             source = next((item["template"] for item in source if item.get("name") == "default"), None)
         if not isinstance(source, str):
             raise SourceError(f"{model_id!r} ships no chat template; add one under templates_overrides/")
+        checked_template_text(source, f"{model_id!r} (hub)")
         jinja_file = None
     return TemplateSource(model_id, jinja_file, source, tokenizer or folder, "hub", (model_id,))

@@ -28,8 +28,9 @@ TOKENS = ["--special-token", "bos_token=<s>", "--special-token", "eos_token=</s>
 
 
 def hostile_ids(sentinel: Path) -> list[str]:
-    """Model ids that ran code when pasted into a docstring (one per way out of it)."""
-    run = f'open({str(sentinel)!r}, "w")'
+    """Model ids that ran code when pasted into a docstring (one per way out of it); the code
+    creates ``sentinel`` (named from its folder, the working directory: an id has one ``/``)."""
+    run = f'open({sentinel.name!r}, "w")'
     return [
         f'evil/x""";{run};"""',  # ends the module and class docstrings on one line
         f'evil/x"""\n{run}\n"""',  # the same over lines
@@ -56,7 +57,8 @@ def module_constants(path: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("case", range(3))
-def test_a_hostile_model_id_on_the_command_line_runs_nothing(tmp_path: Path, capsys, case: int):
+def test_a_hostile_model_id_on_the_command_line_runs_nothing(tmp_path: Path, capsys, monkeypatch, case: int):
+    monkeypatch.chdir(tmp_path)
     sentinel = tmp_path / "ran"
     model_id = hostile_ids(sentinel)[case]
     template = tmp_path / "tiny.jinja"
@@ -73,8 +75,9 @@ def test_a_hostile_model_id_on_the_command_line_runs_nothing(tmp_path: Path, cap
     assert ascii(model_id).replace('"', "\\x22") in text  # in the docstrings: the escaped literal
 
 
-def test_a_hostile_model_id_in_a_corpus_manifest_runs_nothing(tmp_path: Path, capsys):
+def test_a_hostile_model_id_in_a_corpus_manifest_runs_nothing(tmp_path: Path, capsys, monkeypatch):
     """A manifest row whose template matches the compiled one lands in MODEL_IDS and the docstring."""
+    monkeypatch.chdir(tmp_path)
     real = corpus_path("templates", "MANIFEST.tsv").parent.parent
     sentinel = tmp_path / "ran"
     corpus = tmp_path / "corpus"
@@ -99,10 +102,11 @@ def test_a_hostile_model_id_in_a_corpus_manifest_runs_nothing(tmp_path: Path, ca
     assert module_constants(written)["MODEL_IDS"] == (model, *(row["model_id"] for row in hostile))
 
 
-def test_a_hostile_template_string_stays_inside_the_docstring(tmp_path: Path, capsys):
+def test_a_hostile_template_string_stays_inside_the_docstring(tmp_path: Path, capsys, monkeypatch):
     """The turn's closing marker, quoted in the class docstring, holds the docstring's own end."""
+    monkeypatch.chdir(tmp_path)
     sentinel = tmp_path / "ran"
-    closing = f'"""\nopen({str(sentinel)!r}, "w")\n"""'
+    closing = f'"""\nopen({sentinel.name!r}, "w")\n"""'
     template = tmp_path / "quotes.jinja"
     template.write_text(TINY.replace("{{ eos_token }}", "{{ eos_token }}" + closing.replace("\n", "{{ '\\n' }}")), "utf-8")
     out = tmp_path / "out"
@@ -140,3 +144,78 @@ def test_every_checked_in_renderer_passes_the_load_check():
     assert len(files) >= 30
     for path in files:
         check_load_safe(path.read_text(encoding="utf-8"), path.name)
+
+
+# --- hostile and huge templates: one `error:` line, never a traceback or a hang ---------------------
+
+RUNAWAY = {
+    "overflow": "{% for i in range(10**9) %}x{% endfor %}",
+    "recursion": "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RUNAWAY))
+def test_a_runaway_template_is_one_error_line_naming_its_line(tmp_path: Path, capsys, kind: str):
+    template = tmp_path / "runaway.jinja"
+    template.write_text(TINY.replace("{% endfor %}", "{% endfor %}\n" + RUNAWAY[kind], 1), encoding="utf-8")
+    code = main(["generate", "--model", "test/runaway", "--template", str(template), "--out", str(tmp_path / "out"), "--cases", "3", *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: runaway.jinja:2:"), line  # the statement's line
+    assert {"overflow": "OverflowError", "recursion": "RecursionError"}[kind] in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_nested_loops_fail_fast_on_the_render_budget(tmp_path: Path, capsys):
+    import time
+
+    template = tmp_path / "loops.jinja"
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    template.write_text(TINY.replace("{% for message", loops + "\n{% for message", 1), encoding="utf-8")
+    started = time.monotonic()
+    code = main(["generate", "--model", "test/loops", "--template", str(template), "--out", str(tmp_path / "out"), "--cases", "3", "--render-budget", "1", *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: loops.jinja:1:") and "range(100000)" in line and "1 s budget" in line, line
+    assert time.monotonic() - started < 30
+
+
+def test_check_dir_with_a_broken_python_file_is_one_error_line(tmp_path: Path, capsys):
+    (tmp_path / "broken.py").write_text("def (\n", encoding="utf-8")
+    assert main(["check", "--dir", str(tmp_path)]) == 1
+    assert "broken.py:1: not valid Python" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("model_id", ["../../../x", "a/../../b", "/abs/x", "a//b", "a/b/c", "./x", ".."])
+def test_a_model_id_must_not_be_a_path(tmp_path: Path, capsys, model_id: str):
+    code = main(["generate", "--model", model_id, "--out", str(tmp_path / "out"), "--cases", "3", *TOKENS])
+    assert code == 1
+    assert "is not an org/name pair" in one_error_line(capsys)
+
+
+def test_an_override_outside_templates_overrides_is_not_reached(tmp_path: Path):
+    """The path the probe took: --model ../../<elsewhere>/x found <elsewhere>/x.jinja and compiled it."""
+    from compiler.source import OVERRIDES_DIR, resolve_source
+
+    (tmp_path / "x.jinja").write_text(TINY, encoding="utf-8")
+    model_id = os.path.relpath(tmp_path / "x", OVERRIDES_DIR)
+    assert (OVERRIDES_DIR / f"{model_id}.jinja").resolve() == (tmp_path / "x.jinja").resolve()
+    with pytest.raises(CompileError, match="not an org/name pair"):
+        resolve_source(model_id, allow_hub=False)
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t\n"])
+def test_an_empty_template_is_refused(tmp_path: Path, capsys, text: str):
+    template = tmp_path / "empty.jinja"
+    template.write_text(text, encoding="utf-8")
+    code = main(["generate", "--model", "test/empty", "--template", str(template), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    assert "the template is empty" in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_dir_of_a_file_is_refused(tmp_path: Path, capsys):
+    afile = tmp_path / "tiny.jinja"
+    afile.write_text(TINY, encoding="utf-8")
+    assert main(["list", "--dir", str(afile)]) == 1
+    assert "is not a folder" in one_error_line(capsys)
