@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import os
 import re
 import shlex
 import sys
-import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +25,8 @@ from .analysis import (
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, SourceError, VerificationError
-from .index import INDEX_FILE, index_source
 from .load_check import check_load_safe
+from .publish import publish_module
 from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
@@ -282,19 +280,6 @@ def reference_oracle(name: str | None, prepared: Prepared) -> Any:
     return load_oracle(name, prepared.tokenizer)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` completely or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def generate(
     source: TemplateSource,
     out_dir: Path,
@@ -332,10 +317,7 @@ def generate(
                 template=compiled.facts.name,
             )
         report.reference = against_reference
-    path = out_dir / f"{compiled.spec.module}.py"
-    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code})
-    write_atomically(path, compiled.code)
-    write_atomically(out_dir / INDEX_FILE, index)
+    path = publish_module(out_dir, f"{compiled.spec.module}.py", compiled.code, BLACK_MODE)
     return path, report, compiled
 
 

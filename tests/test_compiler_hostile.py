@@ -219,3 +219,78 @@ def test_list_dir_of_a_file_is_refused(tmp_path: Path, capsys):
     afile.write_text(TINY, encoding="utf-8")
     assert main(["list", "--dir", str(afile)]) == 1
     assert "is not a folder" in one_error_line(capsys)
+
+
+# --- generate is atomic as a whole: module and index ------------------------------------------------
+
+#: A generate run whose every file write is slowed down: the window in which a second run into the
+#: same folder used to read the folder, compute its index without the first run's module, and win.
+SLOW_WRITES = """
+import sys, time
+import compiler.publish as publish
+write = publish.write_atomically
+def slow_write(path, text):
+    time.sleep(2)
+    write(path, text)
+publish.write_atomically = slow_write
+import compiler.pipeline as pipeline
+if hasattr(pipeline, "write_atomically"):  # before publish.py existed
+    pipeline.write_atomically = slow_write
+from compiler.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_two_concurrent_generate_runs_into_one_folder_both_land_in_the_index(tmp_path: Path):
+    import subprocess
+    import sys
+
+    from compiler.emit import BLACK_MODE
+    from compiler.index import index_is_current
+
+    repo = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    runs = []
+    for name in ("first", "second"):
+        template = tmp_path / f"{name}.jinja"
+        template.write_text(TINY.replace("<u>", f"<{name}>"), encoding="utf-8")
+        command = [sys.executable, "-c", SLOW_WRITES, "generate", "--model", f"test/{name}", "--template", str(template)]
+        command += ["--out", str(out), "--cases", "2", *TOKENS]
+        runs.append(subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+    assert sorted(path.name for path in out.iterdir()) == ["_index.py", "first.py", "second.py"]
+    index = (out / "_index.py").read_text(encoding="utf-8")
+    assert "'first'" in index.replace('"', "'") and "'second'" in index.replace('"', "'")
+    assert index_is_current(out, BLACK_MODE)
+
+
+def test_a_crash_between_the_module_and_the_index_is_repaired_by_one_check(tmp_path: Path, capsys, monkeypatch):
+    import compiler.publish as publish
+    from compiler.emit import BLACK_MODE
+    from compiler.index import index_is_current
+
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["generate", "--model", "test/tiny", "--template", str(template), "--out", str(out), "--cases", "2", *TOKENS]) == 0
+    second = tmp_path / "other.jinja"
+    second.write_text(TINY.replace("<u>", "<o>"), encoding="utf-8")
+    write = publish.write_atomically
+
+    def crash_at_the_index(path: Path, text: str) -> None:
+        if path.name == "_index.py":
+            raise KeyboardInterrupt  # the run stops here: its module is written, its index is not
+        write(path, text)
+
+    monkeypatch.setattr(publish, "write_atomically", crash_at_the_index)
+    with pytest.raises(KeyboardInterrupt):
+        main(["generate", "--model", "test/other", "--template", str(second), "--out", str(out), "--cases", "2", *TOKENS])
+    monkeypatch.undo()
+    assert sorted(path.name for path in out.iterdir()) == ["_index.py", "other.py", "tiny.py"]  # no temporary left
+    assert not index_is_current(out, BLACK_MODE)
+    capsys.readouterr()
+    main(["check", "--dir", str(out), "--corpus", str(tmp_path)])
+    assert "REPAIRED _index.py" in capsys.readouterr().out
+    assert index_is_current(out, BLACK_MODE)
