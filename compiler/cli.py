@@ -94,6 +94,11 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a special-token variable the template reads, when no tokenizer gives it (e.g. bos_token=<s>)",
     )
+    parser.add_argument(
+        "--template-name",
+        metavar="NAME",
+        help="one of the named templates a tokenizer ships (e.g. tool_use); generate compiles every one by default",
+    )
     parser.add_argument("--offline", action="store_true", help="never look at the Hugging Face Hub")
     parser.add_argument(
         "--oracle",
@@ -151,18 +156,33 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
         if args.template is None:
             raise CompileError("give --model (and optionally --template / --corpus)")
         model = args.template.stem.replace("__", "/")
-    return resolve_source(
+    source = resolve_source(
         model,
         template=args.template,
         tokenizer=args.tokenizer,
         corpus=args.corpus,
         allow_hub=not (args.offline or os.environ.get("HF_HUB_OFFLINE") == "1"),
+        template_name=args.template_name,
     )
+    if args.template_name is not None and not source.template_names:
+        raise CompileError(f"--template-name {args.template_name}: {source.display_name} is the only template there")
+    return source
 
 
 def command_generate(args: argparse.Namespace) -> int:
     output_folder(args.out)
     source = source_from_args(args)
+    if source.template_names and args.template_name is None:  # every named template, default first
+        if args.name:
+            raise CompileError(f"--name: the tokenizer ships {len(source.template_names)} templates; give --template-name too")
+        for name in source.template_names:
+            args.template_name = name
+            generate_one(args, source_from_args(args))
+        return 0
+    return generate_one(args, source)
+
+
+def generate_one(args: argparse.Namespace, source) -> int:
     path, report, compiled = generate(
         source,
         args.out,
@@ -255,7 +275,9 @@ def command_verify(args: argparse.Namespace) -> int:
         print(f"verified: {sum(verified)}/{len(verified)} models")
         return 0 if verified and all(verified) else 1
     source = source_from_args(args)
-    candidates = [path for path in generated_files(args.dir) if source.model_id in load_generated_file(path).MODEL_IDS]
+    listing = [path for path in generated_files(args.dir) if source.model_id in load_generated_file(path).MODEL_IDS]
+    # a tokenizer's named templates share model ids: the module compiled from this one comes first
+    candidates = sorted(listing, key=lambda path: source_drifted(load_generated_file(path), source))
     if not candidates:
         raise CompileError(f"no generated renderer in {args.dir} lists {source.model_id!r}; run generate first")
     return 0 if verify_one(candidates[0], source, args) else 1

@@ -42,6 +42,7 @@ class ModuleSpec:
     model_ids: tuple[str, ...]
     command: str  # the command that regenerates the file
     oracle_version: str
+    template_name: str | None = None  # one of a tokenizer's named templates (None: its only one)
 
 
 def family_module_name(model_id: str) -> str:
@@ -120,6 +121,8 @@ def emit_module(
     lines += class_docstring(facts, spec, turn, parent, program.resumption)
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
+    if spec.template_name not in (None, "default"):  # resolve picks it for calls with tools (see named_templates)
+        lines.append(f"    TEMPLATE_NAME = {spec.template_name!r}")
     lines.append(f"    KNOBS = {tuple(facts.knobs)!r}")
     special = [f"{variable!r}: {constant_name(variable)}" for variable in sorted(facts.special_tokens)]
     # None: read from the tokenizer the class is built with (or its special_tokens= argument)

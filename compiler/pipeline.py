@@ -32,7 +32,7 @@ from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .probes import ProbeFacts, probe
-from .source import TemplateSource
+from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
 from rllm_renderers.formats import special_token_placeholder
@@ -86,9 +86,19 @@ def regenerate_command(source: TemplateSource, module: str | None) -> str:
     command = f"python -m compiler generate --model {shlex.quote(source.model_id)}"
     if source.origin == "corpus" or (source.origin == "override" and source.tokenizer_dir is not None):
         command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"  # an override's tokenizer comes from the corpus too
-    if module and module != family_module_name(source.model_id):
+    if source.template_name not in (None, DEFAULT_TEMPLATE):
+        command += f" --template-name {shlex.quote(source.template_name)}"
+    if module and module != default_module_name(source):
         command += f" --name {module}"
     return command
+
+
+def default_module_name(source: TemplateSource) -> str:
+    """``qwen3``; for a tokenizer's named template other than ``default``, ``<family>_<name>``."""
+    module = family_module_name(source.model_id)
+    if source.template_name in (None, DEFAULT_TEMPLATE):
+        return module
+    return f"{module}_{re.sub(r'[^0-9a-z]+', '_', source.template_name.lower()).strip('_') or 'named'}"
 
 
 def added_token_strings(
@@ -165,13 +175,14 @@ def compile_source(
 def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -> Compiled:
     prepared = prepare_source(source, special_tokens=special_tokens)
     facts, tokenizer = prepared.facts, prepared.tokenizer
-    module_name = module or family_module_name(source.model_id)
+    module_name = module or default_module_name(source)
     spec = ModuleSpec(
         module=module_name,
         class_name=class_name_for(module_name),
         model_ids=source.model_ids or (source.model_id,),
         command=regenerate_command(source, module),
         oracle_version=ORACLE_VERSION,
+        template_name=source.template_name,
     )
     first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
     features = features_for(

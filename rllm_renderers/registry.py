@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
+from .named_templates import DEFAULT, TOOL_USE, NamedTemplates
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +194,31 @@ def _build_generated(entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, An
             f"generated renderer {entry.import_path} could not be built for this tokenizer: {exc}"
         ) from exc
     return Resolution(renderer, "generated", entry.family)
+
+
+def _with_named_templates(resolution: Resolution, model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution:
+    """A generated renderer of a tokenizer that also ships a different ``tool_use`` template:
+    calls with tools go to the renderer compiled from that one, as apply_chat_template's do, or
+    raise when none was (see :mod:`rllm_renderers.named_templates`)."""
+    templates = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not isinstance(templates, Mapping) or not isinstance(templates.get(TOOL_USE), str):
+        return resolution
+    tool_use = templates[TOOL_USE]
+    if tool_use == templates.get(DEFAULT):
+        return resolution
+    digest = template_sha256(tool_use)
+    entry = next((e for e in generated_index() if e.sha256 == digest), None)
+    if entry is None:
+        missing = {
+            TOOL_USE: f"no generated renderer was compiled from it (sha256 {digest}); compile it "
+            f"(python -m compiler generate --model {model} --tokenizer <folder>, which compiles every named "
+            "template) or pass renderer='chat_template'"
+        }
+        return Resolution(NamedTemplates({DEFAULT: resolution.renderer}, missing), resolution.source, resolution.name)
+    knobs = {name: value for name, value in kwargs.items() if name in entry.cls.KNOBS}  # a template ignores the rest
+    tool_renderer = _build_generated(entry, tokenizer, knobs).renderer
+    renderers = {DEFAULT: resolution.renderer, TOOL_USE: tool_renderer}
+    return Resolution(NamedTemplates(renderers, {}), resolution.source, f"{resolution.name}+{entry.family}")
 
 
 # --- the other backends ---------------------------------------------------------------------
@@ -364,7 +390,7 @@ def resolve(
     entry = _generated_by_content(model, chat_template_of(tokenizer))
     if entry is not None:
         try:
-            return _build_generated(entry, tokenizer, kwargs)
+            return _with_named_templates(_build_generated(entry, tokenizer, kwargs), model, tokenizer, kwargs)
         except GeneratedRendererError as exc:
             if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
                 raise GeneratedRendererError(

@@ -294,3 +294,89 @@ def test_a_crash_between_the_module_and_the_index_is_repaired_by_one_check(tmp_p
     main(["check", "--dir", str(out), "--corpus", str(tmp_path)])
     assert "REPAIRED _index.py" in capsys.readouterr().out
     assert index_is_current(out, BLACK_MODE)
+
+
+# --- a tokenizer shipping several named templates ---------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def named_template_tokenizer(tool_use: str):
+    """The Qwen2.5 tokenizer shipping {"default": Qwen2.5's template, "tool_use": ``tool_use``}."""
+    from rllm_renderers.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(corpus_path("tokenizers", "qwen25"))
+    default = corpus_path("templates", "Qwen__Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
+    tokenizer.chat_template = {"default": default, "tool_use": tool_use}
+    return tokenizer
+
+
+def test_resolve_renders_each_call_with_the_template_apply_chat_template_picks():
+    """transformers' get_chat_template: ``tool_use`` when tools is not None (even []), else ``default``."""
+    from rllm_renderers.registry import resolve
+
+    tokenizer = named_template_tokenizer(corpus_path("templates", "Qwen__QwQ-32B.jinja").read_text(encoding="utf-8"))
+    renderer = resolve("Qwen/Qwen2.5-7B-Instruct", tokenizer).renderer
+    conversations = [
+        [{"role": "user", "content": "hi"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+    ]
+    compared = 0
+    for messages in conversations:
+        for tools in (None, [], TOOLS):
+            for prompt in (True, False):
+                expected = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=prompt, tokenize=True, return_dict=False)
+                assert renderer.render_ids(messages, tools=tools, add_generation_prompt=prompt) == list(expected), (messages, tools)
+                compared += 1
+    assert compared == 12
+    # the two templates differ on these calls, so the check above tells them apart
+    default_only = resolve("Qwen/Qwen2.5-7B-Instruct", load_named_free_tokenizer()).renderer
+    assert default_only.render_ids(conversations[0], tools=TOOLS) != renderer.render_ids(conversations[0], tools=TOOLS)
+
+
+def load_named_free_tokenizer():
+    from rllm_renderers.loading import load_tokenizer
+
+    return load_tokenizer(corpus_path("tokenizers", "qwen25"))
+
+
+def test_a_tool_use_template_no_renderer_covers_is_refused_loudly():
+    from rllm_renderers.registry import resolve
+
+    default = corpus_path("templates", "Qwen__Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
+    tokenizer = named_template_tokenizer(default.replace("<tool_call>", "<call>"))
+    renderer = resolve("Qwen/Qwen2.5-7B-Instruct", tokenizer).renderer
+    messages = [{"role": "user", "content": "hi"}]
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert renderer.render_ids(messages, add_generation_prompt=True) == list(expected)  # no tools: default
+    for call in (
+        lambda: renderer.render_ids(messages, tools=TOOLS, add_generation_prompt=True),
+        lambda: renderer.render(messages, tools=[]),
+        lambda: renderer.parse_response([1, 2], tools=TOOLS),
+    ):
+        with pytest.raises(ValueError, match="'tool_use' template"):
+            call()
+
+
+def test_generate_compiles_every_named_template_of_a_tokenizer_folder(tmp_path: Path, capsys):
+    import json
+
+    real = corpus_path("tokenizers", "qwen25")
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer.json").symlink_to(real / "tokenizer.json")  # referenced, not copied
+    config = json.loads((real / "tokenizer_config.json").read_text(encoding="utf-8"))
+    plain = TINY.replace("{{ bos_token }}", "")  # the Qwen2.5 tokenizer has no bos token
+    config["chat_template"] = [
+        {"name": "default", "template": plain},
+        {"name": "tool_use", "template": plain.replace("<u>", "<u tools>")},
+    ]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["generate", "--model", "test/named", "--tokenizer", str(folder), "--out", str(out), "--cases", "2", "--offline"])
+    assert code == 0, capsys.readouterr()
+    assert sorted(path.name for path in out.iterdir()) == ["_index.py", "named.py", "named_tool_use.py"]
+    assert "TEMPLATE_NAME" not in module_constants(out / "named.py")
+    assert module_constants(out / "named_tool_use.py")["TEMPLATE_NAME"] == "tool_use"
+    assert "<u tools>" in (out / "named_tool_use.py").read_text(encoding="utf-8")
+    assert "--template-name tool_use" in (out / "named_tool_use.py").read_text(encoding="utf-8")
