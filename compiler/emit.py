@@ -89,14 +89,20 @@ def dataclass_literal(value: object) -> str:
 
 
 def emit_module(
-    facts: TemplateFacts, spec: ModuleSpec, turn: ProbeFacts | None = None, parent: Parent | None = None
+    facts: TemplateFacts,
+    spec: ModuleSpec,
+    turn: ProbeFacts | None = None,
+    parent: Parent | None = None,
+    *,
+    formatted: bool = True,
 ) -> str:
     """The full text of ``generated/<module>.py``, black-formatted.
 
     ``turn`` carries what probing the first-pass class learned about assistant turns
     (see :mod:`compiler.probes`); without it the class can render but not parse or bridge.
     ``parent`` (see :mod:`compiler.ladder`) is the class to inherit from, with the methods taken
-    from it unchanged.
+    from it unchanged. ``formatted=False`` skips black (the same code, for a class that is only
+    run, never written: black is the slowest step on a large template).
     """
     names = TemplateNames(
         knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
@@ -156,7 +162,7 @@ def emit_module(
         if method.name not in inherited:
             lines += ["", *method_lines(method)]
     source = "\n".join(lines) + "\n"
-    return black.format_str(source, mode=BLACK_MODE)
+    return black.format_str(source, mode=BLACK_MODE) if formatted else source
 
 
 def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | None) -> list[str]:

@@ -184,7 +184,7 @@ def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -
         oracle_version=ORACLE_VERSION,
         template_name=source.template_name,
     )
-    first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
+    first_pass = load_renderer_class(emit_module(facts, spec, formatted=False), spec.module, spec.class_name)
     features = features_for(
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )

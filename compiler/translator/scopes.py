@@ -254,12 +254,32 @@ def loop_attributes_used(body: list[nodes.Node], refuse) -> set[str]:
     return used
 
 
+#: The attribute caching names_read on a node: computed once per node (the translator never changes
+#: a parsed node), as may_read_before_assignment asks about the same statements for every name a
+#: scope sets.
+NAMES_READ_ATTRIBUTE = "_rllm_names_read"
+
+
+def names_read(node: nodes.Node) -> frozenset[str]:
+    """The names read (loaded, or used as a namespace) by ``node``'s descendants and, for a
+    ``Name``, by itself."""
+    cached = node.__dict__.get(NAMES_READ_ATTRIBUTE)
+    if cached is None:
+        found: set[str] = set()
+        for child in node.iter_child_nodes():
+            if isinstance(child, nodes.NSRef):
+                found.add(child.name)
+            found |= names_read(child)
+        if isinstance(node, nodes.Name) and node.ctx == "load":
+            found.add(node.name)
+        cached = node.__dict__[NAMES_READ_ATTRIBUTE] = frozenset(found)
+    return cached
+
+
 def _reads(node: nodes.Node, name: str) -> bool:
     if isinstance(node, nodes.Name):
         return node.name == name and node.ctx == "load"
-    return any(n.name == name and n.ctx == "load" for n in node.find_all(nodes.Name)) or any(
-        ref.name == name for ref in node.find_all(nodes.NSRef)
-    )
+    return name in names_read(node)
 
 
 def macro_reads(macro: nodes.Macro) -> Counter[str]:
@@ -334,6 +354,8 @@ def first_use(body: list[nodes.Node], name: str) -> str | None:
 
 def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
     """Whether some path through ``body`` reads ``name`` before assigning it."""
+    if not any(_reads(node, name) or isinstance(node, nodes.NSRef) and node.name == name for node in body):
+        return False  # never read at all (the common case, answered from the cached names_read)
 
     def scan(statements: list[nodes.Node], assigned: bool) -> tuple[bool, bool]:
         for node in statements:
@@ -361,6 +383,8 @@ def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
             elif isinstance(node, nodes.Macro):  # its body runs when called; its definition binds its name
                 assigned = assigned or node.name == name
             elif isinstance(node, nodes.For):
+                if assigned:
+                    continue  # nothing it reads can come before the assignment
                 # The body reads the outer value only before its own set (a loop's sets stay inside it).
                 reads = _reads(node.iter, name) or any(_reads(child, name) for child in node.else_)
                 if name not in target_names(node.target):
