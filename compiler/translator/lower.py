@@ -59,6 +59,7 @@ from .scopes import (
     macro_called_before_set,
     macro_reads,
     may_read_before_assignment,
+    statements_mentioning,
     scope_macros,
     target_names,
 )
@@ -780,8 +781,9 @@ class Lowering(ExpressionLowering, ValueKinds):
     def initialise_scope_reads(self, body: list[nodes.Node], bound: set[str]) -> None:
         """A name read before its ``set`` in this scope sees the outer value (or Undefined)."""
         macros = {node.name: macro_reads(node) for node in body if isinstance(node, nodes.Macro)}
+        mentioning = statements_mentioning(body)  # the other statements cannot change the answer
         for assigned_name in sorted(assigned_names(body) - bound):
-            if not may_read_before_assignment(body, assigned_name):
+            if not may_read_before_assignment(mentioning.get(assigned_name, []), assigned_name):
                 if macro_called_before_set(body, assigned_name, macros):  # a macro here sees no outer value
                     local = self.assign_name(assigned_name)
                     self.add(ir.Assign(store(local), undefined(assigned_name)))

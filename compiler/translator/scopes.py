@@ -276,6 +276,33 @@ def names_read(node: nodes.Node) -> frozenset[str]:
     return cached
 
 
+NAMES_MENTIONED_ATTRIBUTE = "_rllm_names_mentioned"
+
+
+def names_mentioned(node: nodes.Node) -> frozenset[str]:
+    """Every name ``node`` or a descendant reads, sets, binds or defines (as a macro): a statement
+    not mentioning a name cannot change whether it is read before it is set."""
+    cached = node.__dict__.get(NAMES_MENTIONED_ATTRIBUTE)
+    if cached is None:
+        found: set[str] = set()
+        for child in node.iter_child_nodes():
+            found |= names_mentioned(child)
+        if isinstance(node, (nodes.Name, nodes.NSRef, nodes.Macro)):
+            found.add(node.name)
+        cached = node.__dict__[NAMES_MENTIONED_ATTRIBUTE] = frozenset(found)
+    return cached
+
+
+def statements_mentioning(body: list[nodes.Node]) -> dict[str, list[nodes.Node]]:
+    """Name -> the statements of ``body`` mentioning it, in order: a scope's statements indexed once,
+    so each name it sets is checked against its own statements only (see may_read_before_assignment)."""
+    index: dict[str, list[nodes.Node]] = {}
+    for node in body:
+        for mentioned in names_mentioned(node):
+            index.setdefault(mentioned, []).append(node)
+    return index
+
+
 def _reads(node: nodes.Node, name: str) -> bool:
     if isinstance(node, nodes.Name):
         return node.name == name and node.ctx == "load"
@@ -359,6 +386,8 @@ def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
 
     def scan(statements: list[nodes.Node], assigned: bool) -> tuple[bool, bool]:
         for node in statements:
+            if name not in names_mentioned(node):
+                continue  # it neither reads nor sets the name
             if isinstance(node, nodes.If):
                 if not assigned and _reads(node.test, name):
                     return True, assigned
