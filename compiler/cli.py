@@ -24,7 +24,13 @@ from .pipeline import (
     source_drifted,
     verify_compiled,
 )
-from .template_faults import DEFAULT_RENDER_SECONDS, RenderBudgetExceeded, render_budget, template_fault
+from .template_faults import (
+    DEFAULT_RENDER_CHARACTERS,
+    DEFAULT_RENDER_SECONDS,
+    RenderBudgetExceeded,
+    render_budget,
+    template_fault,
+)
 from .source import IN_CHECKOUT, REPO_ROOT, override_paths, read_corpus_manifest, resolve_source
 
 #: The checkout's generated/ folder; installed (the rllm-compile script), ./generated.
@@ -78,6 +84,13 @@ def add_budget_option(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_RENDER_SECONDS,
         metavar="SECONDS",
         help=f"the longest one render of the template may run while compiling (default {DEFAULT_RENDER_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--render-characters",
+        type=positive_int,
+        default=DEFAULT_RENDER_CHARACTERS,
+        metavar="N",
+        help=f"the most one render of the template may write while compiling (default {DEFAULT_RENDER_CHARACTERS})",
     )
 
 
@@ -321,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"generate": command_generate, "verify": command_verify, "check": command_check, "list": command_list}
     try:
-        with render_budget(getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)):
+        budget = getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)
+        with render_budget(budget, getattr(args, "render_characters", DEFAULT_RENDER_CHARACTERS)):
             return handlers[args.command](args)
     except RenderBudgetExceeded as exc:  # outside any one template's compile (template_fault names it there)
         print(f"error: {exc}", file=sys.stderr)

@@ -23,6 +23,9 @@ from .errors import CompileError
 
 #: Seconds one render (of the template or of its translation) may take while compiling.
 DEFAULT_RENDER_SECONDS = 10.0
+#: Characters one render of the translation may write (a chat prompt is a few MB at most): a loop
+#: writing without end is stopped before it fills the memory, not only when its time is up.
+DEFAULT_RENDER_CHARACTERS = 10_000_000
 #: How often the watchdog looks at the running render.
 TICK_SECONDS = 0.25
 #: Errors a template's own computation raises that would otherwise escape as a traceback.
@@ -33,12 +36,12 @@ _GENERATED_CODE: dict[str, list[str]] = {}
 
 
 class RenderBudgetExceeded(BaseException):
-    """One render ran past its time budget (a BaseException: no ``except Exception`` may swallow it,
-    as the oracle's rejection handler would)."""
+    """One render ran past its budget (a BaseException: no ``except Exception`` may swallow it, as
+    the oracle's rejection handler would). ``what``: "the 10 s budget", "the 10000000-character budget"."""
 
-    def __init__(self, seconds: float, frame: FrameType) -> None:
-        super().__init__(f"one render ran for more than {seconds:g} s")
-        self.seconds = seconds
+    def __init__(self, what: str, frame: FrameType) -> None:
+        super().__init__(f"one render ran past {what}")
+        self.what = what
         self.location = template_location(innermost_template_frame(frame))
 
 
@@ -103,15 +106,53 @@ def describe_location(template: str, source: str, location: tuple[int, str] | No
     return f"{template}:{number}: at {shown}: " if shown else f"{template}:{number}: "
 
 
+def characters_written(root: FrameType) -> int:
+    """What the render running in ``root`` (a generated ``render_template``) has written so far."""
+    parts = getattr(root.f_locals.get("out"), "parts", None)
+    return sum(map(len, parts)) if isinstance(parts, list) else 0
+
+
+#: The character budget in force (set by render_budget), for Jinja's side: see limit_jinja_output.
+_CHARACTER_LIMIT: list[int | None] = [None]
+
+
+def limit_jinja_output(template) -> None:
+    """Make a compiled Jinja template (the oracle's) stop, inside render_budget, once its output
+    passes the character budget: its environment's ``concat`` (the join of the rendered pieces)
+    counts them. Jinja then never holds more than the budget in memory."""
+    template.environment.concat = _budgeted_concat
+
+
+def _budgeted_concat(pieces) -> str:
+    limit = _CHARACTER_LIMIT[0]
+    if limit is None:
+        return "".join(pieces)
+    kept, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        kept.append(piece)
+        if size > limit:
+            frame = getattr(pieces, "gi_frame", None)
+            raise RenderBudgetExceeded(f"the {limit}-character budget", frame)
+    return "".join(kept)
+
+
 @contextmanager
-def render_budget(seconds: float = DEFAULT_RENDER_SECONDS) -> Iterator[None]:
-    """Raise RenderBudgetExceeded in any render that runs longer than ``seconds``.
+def render_budget(
+    seconds: float = DEFAULT_RENDER_SECONDS, characters: int = DEFAULT_RENDER_CHARACTERS
+) -> Iterator[None]:
+    """Raise RenderBudgetExceeded in any render that runs longer than ``seconds`` or whose output
+    (the generated class's; Jinja's is not visible until it returns) passes ``characters``.
 
     A watchdog on SIGALRM (so only in the main thread; elsewhere nothing is limited) looks at the
     stack every tick: while the outermost template frame stays the same, one render is running.
     """
+    _CHARACTER_LIMIT[0] = characters
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
+        try:
+            yield
+        finally:
+            _CHARACTER_LIMIT[0] = None
         return
     watched: dict[str, object] = {"root": None, "since": 0.0}
 
@@ -123,7 +164,10 @@ def render_budget(seconds: float = DEFAULT_RENDER_SECONDS) -> Iterator[None]:
             watched["root"], watched["since"] = root, now  # a strong reference: the frame is not reused
         elif now - watched["since"] > seconds:
             watched["root"] = None
-            raise RenderBudgetExceeded(seconds, frame)
+            raise RenderBudgetExceeded(f"the {seconds:g} s budget", frame)
+        if root is not None and root.f_code.co_filename in _GENERATED_CODE and characters_written(root) > characters:
+            watched["root"] = None
+            raise RenderBudgetExceeded(f"the {characters}-character budget", frame)
 
     previous = signal.signal(signal.SIGALRM, tick)
     signal.setitimer(signal.ITIMER_REAL, TICK_SECONDS, TICK_SECONDS)
@@ -133,6 +177,7 @@ def render_budget(seconds: float = DEFAULT_RENDER_SECONDS) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         watched["root"] = None
+        _CHARACTER_LIMIT[0] = None
 
 
 @contextmanager
@@ -145,9 +190,8 @@ def template_fault(template: str, source: str) -> Iterator[None]:
         yield
     except RenderBudgetExceeded as exc:
         where = describe_location(template, source, exc.location)
-        raise CompileError(
-            f"{where}one render ran past the {exc.seconds:g} s budget (raise it with --render-budget)"
-        ) from None
+        option = "--render-budget" if " s budget" in exc.what else "--render-characters"
+        raise CompileError(f"{where}one render ran past {exc.what} (raise it with {option})") from None
     except TEMPLATE_FAULTS as exc:
         frames = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__) if is_template_frame(frame)]
         if not frames:

@@ -380,3 +380,17 @@ def test_generate_compiles_every_named_template_of_a_tokenizer_folder(tmp_path: 
     assert module_constants(out / "named_tool_use.py")["TEMPLATE_NAME"] == "tool_use"
     assert "<u tools>" in (out / "named_tool_use.py").read_text(encoding="utf-8")
     assert "--template-name tool_use" in (out / "named_tool_use.py").read_text(encoding="utf-8")
+
+
+def test_a_render_writing_without_end_fails_on_the_size_budget(tmp_path: Path, capsys):
+    import time
+
+    template = tmp_path / "writes.jinja"
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}xyz{% endfor %}{% endfor %}"
+    template.write_text(TINY.replace("{% for message", loops + "\n{% for message", 1), encoding="utf-8")
+    started = time.monotonic()
+    arguments = ["--out", str(tmp_path / "out"), "--cases", "3", "--render-characters", "100000", *TOKENS]
+    assert main(["generate", "--model", "test/writes", "--template", str(template), *arguments]) == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: writes.jinja:1:") and "100000-character budget" in line, line
+    assert time.monotonic() - started < 30
