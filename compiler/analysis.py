@@ -60,10 +60,14 @@ def parse_template(source: str, name: str) -> nodes.Template:
 def free_variables(ast: nodes.Template) -> set[str]:
     # find_undeclared_variables runs Jinja's code generator, whose optimizer folds constants in
     # place (`"x" | safe` becomes a Markup constant): give it a copy, the translator needs the
-    # template as written
-    environment = getattr(ast, "environment", None)
-    copied = copy.deepcopy(ast, {id(environment): environment} if environment is not None else None)
-    return set(meta.find_undeclared_variables(copied)) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+    # template as written. The answer is kept on the tree (asked three times per compile; Jinja's
+    # code generator grows faster than the template on long if-chains)
+    cached = ast.__dict__.get("_rllm_free_variables")
+    if cached is None:
+        environment = getattr(ast, "environment", None)
+        copied = copy.deepcopy(ast, {id(environment): environment} if environment is not None else None)
+        cached = ast.__dict__["_rllm_free_variables"] = frozenset(meta.find_undeclared_variables(copied))
+    return set(cached) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
 
 
 def compared_roles(ast: nodes.Template) -> tuple[str, ...]:

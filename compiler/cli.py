@@ -12,6 +12,7 @@ from .emit import BLACK_MODE
 from .coverage import command_list
 from .errors import CompileError
 from .index import INDEX_FILE, index_is_current, recorded_fingerprints
+from .publish import repair_index
 from .oracles import OracleUnavailable
 from .pipeline import (
     compile_source,
@@ -23,6 +24,13 @@ from .pipeline import (
     source_drifted,
     verified_fingerprint,
     verify_compiled,
+)
+from .template_faults import (
+    DEFAULT_RENDER_CHARACTERS,
+    DEFAULT_RENDER_SECONDS,
+    RenderBudgetExceeded,
+    render_budget,
+    template_fault,
 )
 from .source import IN_CHECKOUT, REPO_ROOT, override_paths, read_corpus_manifest, resolve_source
 
@@ -59,7 +67,36 @@ def module_name(value: str) -> str:
     return value
 
 
+def positive_seconds(value: str) -> float:
+    """``--render-budget``: a positive number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def add_budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--render-budget",
+        type=positive_seconds,
+        default=DEFAULT_RENDER_SECONDS,
+        metavar="SECONDS",
+        help=f"the longest one render of the template may run while compiling (default {DEFAULT_RENDER_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--render-characters",
+        type=positive_int,
+        default=DEFAULT_RENDER_CHARACTERS,
+        metavar="N",
+        help=f"the most one render of the template may write while compiling (default {DEFAULT_RENDER_CHARACTERS})",
+    )
+
+
 def add_source_options(parser: argparse.ArgumentParser) -> None:
+    add_budget_option(parser)
     parser.add_argument("--model", help="model id, e.g. Qwen/Qwen3-8B")
     parser.add_argument("--template", type=Path, help="a Jinja chat template file to compile")
     parser.add_argument("--tokenizer", type=Path, help="a local tokenizer folder (tokenizer.json + config)")
@@ -70,6 +107,11 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="a special-token variable the template reads, when no tokenizer gives it (e.g. bos_token=<s>)",
+    )
+    parser.add_argument(
+        "--template-name",
+        metavar="NAME",
+        help="one of the named templates a tokenizer ships (e.g. tool_use); generate compiles every one by default",
     )
     parser.add_argument("--offline", action="store_true", help="never look at the Hugging Face Hub")
     parser.add_argument(
@@ -89,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
     generate_parser.add_argument(
-        "--parent", help="inherit from this module of the output folder (default: the best match there, if any)"
+        "--parent", type=module_name, help="inherit from this module of the output folder (default: the best match there, if any)"
     )
     generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
@@ -108,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
     check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
     check_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
+    add_budget_option(check_parser)
     return parser
 
 
@@ -127,18 +170,33 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
         if args.template is None:
             raise CompileError("give --model (and optionally --template / --corpus)")
         model = args.template.stem.replace("__", "/")
-    return resolve_source(
+    source = resolve_source(
         model,
         template=args.template,
         tokenizer=args.tokenizer,
         corpus=args.corpus,
         allow_hub=not (args.offline or os.environ.get("HF_HUB_OFFLINE") == "1"),
+        template_name=args.template_name,
     )
+    if args.template_name is not None and not source.template_names:
+        raise CompileError(f"--template-name {args.template_name}: {source.display_name} is the only template there")
+    return source
 
 
 def command_generate(args: argparse.Namespace) -> int:
     output_folder(args.out)
     source = source_from_args(args)
+    if source.template_names and args.template_name is None:  # every named template, default first
+        if args.name:
+            raise CompileError(f"--name: the tokenizer ships {len(source.template_names)} templates; give --template-name too")
+        for name in source.template_names:
+            args.template_name = name
+            generate_one(args, source_from_args(args))
+        return 0
+    return generate_one(args, source)
+
+
+def generate_one(args: argparse.Namespace, source) -> int:
     path, report, compiled = generate(
         source,
         args.out,
@@ -171,8 +229,9 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         print(f"{path.name}: DRIFT: the template changed since generation (regenerate it)")
         return False
     # the checked-in class is what is verified: analysing the template is enough, no re-emission
-    prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
-    report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
+    with template_fault(source.display_name, source.source):
+        prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
+        report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
     print(f"{path.name} ({source.model_id}): {report.summary()} [parity: {prepared.parity}]")
     if not report.ok:
         print(report.failure.report())
@@ -230,7 +289,9 @@ def command_verify(args: argparse.Namespace) -> int:
         print(f"verified: {sum(verified)}/{len(verified)} models")
         return 0 if verified and all(verified) else 1
     source = source_from_args(args)
-    candidates = [path for path in generated_files(args.dir) if source.model_id in load_generated_file(path).MODEL_IDS]
+    listing = [path for path in generated_files(args.dir) if source.model_id in load_generated_file(path).MODEL_IDS]
+    # a tokenizer's named templates share model ids: the module compiled from this one comes first
+    candidates = sorted(listing, key=lambda path: source_drifted(load_generated_file(path), source))
     if not candidates:
         raise CompileError(f"no generated renderer in {args.dir} lists {source.model_id!r}; run generate first")
     return 0 if verify_one(candidates[0], source, args) else 1
@@ -240,6 +301,12 @@ def command_check(args: argparse.Namespace) -> int:
     if not args.dir.is_dir():
         raise CompileError(f"--dir {args.dir} is not a folder of generated renderers")
     problems = 0
+    # first, as it needs no template: e.g. a generate run stopped between its two writes
+    if repair_index(args.dir, BLACK_MODE):
+        print(f"REPAIRED {INDEX_FILE}: it did not list exactly the renderers in {args.dir}; rewritten from them")
+        problems += 1
+    else:
+        print(f"ok {INDEX_FILE}")
     files = generated_files(args.dir)
     fingerprints: dict[str, str | None] = {}  # of the tokenizers the renderers verify with now
     with tempfile.TemporaryDirectory() as scratch:
@@ -261,18 +328,14 @@ def command_check(args: argparse.Namespace) -> int:
                 problems += 1
             else:
                 print(f"ok {path.name}")
-    if not index_is_current(args.dir, BLACK_MODE, fingerprints):
+    if not index_is_current(args.dir, BLACK_MODE, fingerprints):  # (its listing was repaired above)
         recorded = recorded_fingerprints(args.dir)
         moved = sorted(module for module, value in fingerprints.items() if recorded.get(module) != value)
         print(
-            f"STALE {INDEX_FILE}: it does not list exactly the renderers in {args.dir} (regenerate one to rewrite it)"
-            if not moved
-            else f"STALE {INDEX_FILE}: the tokenizer fingerprint of {', '.join(moved)} is not the one of the tokenizer "
-            "it verifies with (regenerate those to rewrite it)"
+            f"STALE {INDEX_FILE}: the tokenizer fingerprint of {', '.join(moved) or 'a renderer'} is not the one of "
+            "the tokenizer it verifies with (regenerate those to rewrite it)"
         )
         problems += 1
-    else:
-        print(f"ok {INDEX_FILE}")
     print(f"checked: {len(files) + 1 - problems}/{len(files) + 1} up to date (renderers and index)")
     return 1 if problems else 0
 
@@ -282,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"generate": command_generate, "verify": command_verify, "check": command_check, "list": command_list}
     try:
-        return handlers[args.command](args)
+        budget = getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)
+        with render_budget(budget, getattr(args, "render_characters", DEFAULT_RENDER_CHARACTERS)):
+            return handlers[args.command](args)
+    except RenderBudgetExceeded as exc:  # outside any one template's compile (template_fault names it there)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except CompileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

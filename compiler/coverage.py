@@ -93,6 +93,8 @@ def command_list(args: argparse.Namespace) -> int:
     corpus = args.corpus if args.corpus is not None and args.corpus.is_dir() else None
     if args.corpus is not None and corpus is None:
         raise CompileError(f"corpus folder not found: {args.corpus}")
+    if not args.dir.is_dir():
+        raise CompileError(f"--dir {args.dir} is not a folder of generated renderers")
     rows = coverage_rows(args.dir, corpus)
     print(format_table(rows))
     print(f"{len(rows)} models in {len({row[1] for row in rows})} modules")

@@ -40,12 +40,28 @@ def module_shape(module: str, code: str) -> ModuleShape | None:
     if len(classes) != 1 or len(classes[0].bases) != 1:
         return None
     cls = classes[0]
-    constants = tuple(ast.get_source_segment(code, node) for node in tree.body if isinstance(node, ast.Assign))
+    lines = LINE_BREAKS.split(code)
+    constants = tuple(source_segment(lines, node) for node in tree.body if isinstance(node, ast.Assign))
     methods = {}
     for node in cls.body:
         if isinstance(node, ast.FunctionDef):
-            methods[node.name] = (node.lineno, node.end_lineno, ast.get_source_segment(code, node))
+            methods[node.name] = (node.lineno, node.end_lineno, source_segment(lines, node))
     return ModuleShape(module, cls.name, ast.unparse(cls.bases[0]), constants, methods)
+
+
+#: Where Python's tokenizer breaks lines (ast.get_source_segment's rule), the break kept.
+LINE_BREAKS = re.compile(r"(?<=\r\n)|(?<=\r)(?!\n)|(?<=\n)")
+
+
+def source_segment(lines: list[str], node: ast.AST) -> str:
+    """``ast.get_source_segment`` over lines split once (it splits the whole module per call:
+    quadratic in the size of the module)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset : node.end_col_offset].decode()
+    head = lines[first].encode()[node.col_offset :].decode()
+    tail = lines[last].encode()[: node.end_col_offset].decode()
+    return head + "".join(lines[first + 1 : last]) + tail
 
 
 TEMPLATE_LINE_COMMENT = re.compile(r"^\s*# L\d+: .*$\n?", re.MULTILINE)

@@ -35,6 +35,8 @@ import transformers
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
 
+from .template_faults import limit_jinja_output
+
 ORACLE_VERSION: str = transformers.__version__
 """The transformers version whose ``apply_chat_template`` is the reference."""
 
@@ -87,7 +89,8 @@ class TemplateOracle:
         tokenizer: Any = None,
         special_tokens: dict[str, str] | None = None,
     ):
-        _compile_jinja_template(template_source)  # fail early on a broken template
+        # fail early on a broken template; inside a render budget, stop a render writing without end
+        limit_jinja_output(_compile_jinja_template(template_source))
         self.template_source = template_source
         self.tokenizer = tokenizer
         self._special_overrides = dict(special_tokens or {})

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import os
 import re
+import shlex
 import sys
-import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +25,14 @@ from .analysis import (
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
 from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, SourceError, VerificationError
-from .index import INDEX_FILE, index_source
+from .load_check import check_load_safe
+from .publish import publish_module
+from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .probes import ProbeFacts, probe
-from .source import TemplateSource
+from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
 from rllm_renderers.formats import special_token_placeholder
@@ -82,12 +83,22 @@ def load_tokenizer_for(source: TemplateSource) -> Any:
 
 
 def regenerate_command(source: TemplateSource, module: str | None) -> str:
-    command = f"python -m compiler generate --model {source.model_id}"
+    command = f"python -m compiler generate --model {shlex.quote(source.model_id)}"
     if source.origin == "corpus" or (source.origin == "override" and source.tokenizer_dir is not None):
         command += f" --corpus {DEFAULT_CORPUS_ARGUMENT}"  # an override's tokenizer comes from the corpus too
-    if module and module != family_module_name(source.model_id):
+    if source.template_name not in (None, DEFAULT_TEMPLATE):
+        command += f" --template-name {shlex.quote(source.template_name)}"
+    if module and module != default_module_name(source):
         command += f" --name {module}"
     return command
+
+
+def default_module_name(source: TemplateSource) -> str:
+    """``qwen3``; for a tokenizer's named template other than ``default``, ``<family>_<name>``."""
+    module = family_module_name(source.model_id)
+    if source.template_name in (None, DEFAULT_TEMPLATE):
+        return module
+    return f"{module}_{re.sub(r'[^0-9a-z]+', '_', source.template_name.lower()).strip('_') or 'named'}"
 
 
 def added_token_strings(
@@ -157,17 +168,23 @@ def compile_source(
     :mod:`compiler.ladder`), or from ``parent_module`` there when it is named. Nothing else is
     consulted, so the same template and output folder give the same bytes in any checkout.
     """
+    with template_fault(source.display_name, source.source):
+        return _compile_source(source, module, special_tokens, ladder_dir, parent_module)
+
+
+def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -> Compiled:
     prepared = prepare_source(source, special_tokens=special_tokens)
     facts, tokenizer = prepared.facts, prepared.tokenizer
-    module_name = module or family_module_name(source.model_id)
+    module_name = module or default_module_name(source)
     spec = ModuleSpec(
         module=module_name,
         class_name=class_name_for(module_name),
         model_ids=source.model_ids or (source.model_id,),
         command=regenerate_command(source, module),
         oracle_version=ORACLE_VERSION,
+        template_name=source.template_name,
     )
-    first_pass = load_renderer_class(emit_module(facts, spec), spec.module, spec.class_name)
+    first_pass = load_renderer_class(emit_module(facts, spec, formatted=False), spec.module, spec.class_name)
     features = features_for(
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )
@@ -211,6 +228,8 @@ def folder_package(folder: Path | None) -> str:
 def load_renderer_class(code: str, module_name: str, class_name: str, folder: Path | None = None) -> type:
     """Execute generated code as a fresh module (not registered in sys.modules); its relative
     imports (a ladder parent) come from ``folder``."""
+    check_load_safe(code, f"<generated {module_name}>")
+    register_generated_code(f"<generated {module_name}>", code)
     package = folder_package(folder)
     module = types.ModuleType(f"{package}.{module_name}")
     module.__file__ = f"<generated {module_name}>"
@@ -220,10 +239,20 @@ def load_renderer_class(code: str, module_name: str, class_name: str, folder: Pa
 
 
 def load_generated_file(path: Path) -> type:
-    """The renderer class defined in a generated file (its siblings importable as its package)."""
+    """The renderer class defined in a generated file (its siblings importable as its package);
+    a CompileError naming the file when it is not one (it is read, and checked, before it runs)."""
+    try:
+        code = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompileError(f"cannot read {path}: {exc}") from None
+    check_load_safe(code, str(path))
+    register_generated_code(str(path), code)
     spec = importlib.util.spec_from_file_location(f"{folder_package(path.parent)}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - e.g. a ladder parent missing from the folder
+        raise CompileError(f"{path} cannot be loaded: {type(exc).__name__}: {exc}") from None
     classes = [
         value
         for value in vars(module).values()
@@ -262,19 +291,6 @@ def reference_oracle(name: str | None, prepared: Prepared) -> Any:
     return load_oracle(name, prepared.tokenizer)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` completely or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def generate(
     source: TemplateSource,
     out_dir: Path,
@@ -293,7 +309,8 @@ def generate(
         source, module=module, special_tokens=special_tokens, ladder_dir=out_dir, parent_module=parent_module
     )
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name, out_dir)
-    report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
+    with template_fault(source.display_name, source.source):
+        report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
         raise VerificationError(report.failure.report(), template=compiled.facts.name)
     try:
@@ -311,11 +328,13 @@ def generate(
                 template=compiled.facts.name,
             )
         report.reference = against_reference
-    path = out_dir / f"{compiled.spec.module}.py"
-    fingerprints = {compiled.spec.module: verified_fingerprint(compiled)}
-    index = index_source(out_dir, BLACK_MODE, pending={path.name: compiled.code}, fingerprints=fingerprints)
-    write_atomically(path, compiled.code)
-    write_atomically(out_dir / INDEX_FILE, index)
+    path = publish_module(
+        out_dir,
+        f"{compiled.spec.module}.py",
+        compiled.code,
+        BLACK_MODE,
+        fingerprints={compiled.spec.module: verified_fingerprint(compiled)},
+    )
     return path, report, compiled
 
 

@@ -23,6 +23,8 @@ from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from rllm_renderers.output import RenderOutput
 from rllm_renderers.parsing import parse_text
 
+from .literals import docstring_repr as shown  # a template string in the class docstring
+
 CONTENT = "cnq7"
 REASONING = "rnq7"
 FIRST_TOOL = "fnq7"
@@ -63,18 +65,18 @@ class ProbeFacts:
         """Docstring lines telling a reviewer what the parser and the bridge rely on."""
         lines = []
         if self.turn is not None:
-            stops = ", ".join(repr(stop) for stop in self.turn.stop_tokens)
+            stops = ", ".join(shown(stop) for stop in self.turn.stop_tokens)
             if self.turn.close:
-                lines.append(f"Assistant turns end with {self.turn.close!r} (stops: {stops});")
+                lines.append(f"Assistant turns end with {shown(self.turn.close)} (stops: {stops});")
             else:
                 lines.append(f"Nothing closes an assistant turn: the next message's header does (stops: {stops});")
-            lines.append(f"the template then writes {self.turn.after_close!r} before the next message.")
+            lines.append(f"the template then writes {shown(self.turn.after_close)} before the next message.")
             if self.turn.content_lead_with_tools is not None:
                 lead = self.turn.content_lead_with_tools
-                lines.append(f"With tools declared, a plain answer starts with {lead!r} (parse_response(tools=...) drops it).")
-        lines.append(f"Generation prompt (default knobs): {self.generation_prompt!r}.")
+                lines.append(f"With tools declared, a plain answer starts with {shown(lead)} (parse_response(tools=...) drops it).")
+        lines.append(f"Generation prompt (default knobs): {shown(self.generation_prompt)}.")
         if self.reasoning is not None:
-            lines.append(f"Reasoning: {self.reasoning.open!r} ... {self.reasoning.close!r}.")
+            lines.append(f"Reasoning: {shown(self.reasoning.open)} ... {shown(self.reasoning.close)}.")
         if self.tool_calls is not None:
             lines.append(describe_tool_calls(self.tool_calls))
         lines += [f"Note: {note}." for note in self.notes]
@@ -100,15 +102,15 @@ class ProbeFacts:
 
 def describe_tool_calls(syntax: ToolCallFormat) -> str:
     """The docstring line spelling out one call: ``Tool calls (STYLE): START NAME ... END.``"""
-    index = f" {syntax.call_index!r} POSITION" if syntax.call_index else ""
-    name_end, call_end = repr(syntax.name_end), repr(syntax.call_end)
+    index = f" {shown(syntax.call_index)} POSITION" if syntax.call_index else ""
+    name_end, call_end = shown(syntax.name_end), shown(syntax.call_end)
     if syntax.call_id_after == "name_end":
-        name_end += f" ID {syntax.call_id_end!r}"
+        name_end += f" ID {shown(syntax.call_id_end)}"
     elif syntax.call_id_after == "call_end":
-        call_end += f" ID {syntax.call_id_end!r}"
-    body = f"ARGUMENTS {syntax.arguments_end!r} NAME" if syntax.arguments_end else f"NAME{index} {name_end} ARGUMENTS"
-    separator = f", after {syntax.call_separator!r} from the second on" if syntax.call_separator else ""
-    return f"Tool calls ({syntax.style}): {syntax.call_start!r} {body} {call_end}{separator}."
+        call_end += f" ID {shown(syntax.call_id_end)}"
+    body = f"ARGUMENTS {shown(syntax.arguments_end)} NAME" if syntax.arguments_end else f"NAME{index} {name_end} ARGUMENTS"
+    separator = f", after {shown(syntax.call_separator)} from the second on" if syntax.call_separator else ""
+    return f"Tool calls ({syntax.style}): {shown(syntax.call_start)} {body} {call_end}{separator}."
 
 
 def tool_call(name: str, arguments: dict, call_id: str) -> dict:

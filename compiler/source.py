@@ -11,7 +11,8 @@ In order of preference:
    ``{"corpus_tokenizer": "dsv4", "also_models": [...], "oracle": "deepseek-encoder:v4", "added_tokens": [...]}``);
 3. a corpus folder laid out like ``../shared/corpus`` (``templates/MANIFEST.tsv``
    maps model ids to template files and tokenizer folders);
-4. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
+4. the ``--tokenizer`` folder's own chat template(s);
+5. the Hugging Face Hub or its local cache, through huggingface_hub (build time only;
    ``HF_HUB_OFFLINE=1`` restricts it to the cache).
 """
 
@@ -42,10 +43,19 @@ class TemplateSource:
     oracle: str | None = None  # a reference implementation to verify against too (override metadata)
     # the tokenizer's added-token strings, as an override declares them for compiling without a tokenizer
     added_tokens: tuple[str, ...] = field(default=())
+    # a tokenizer shipping several named templates ({"default": A, "tool_use": B}): which one this
+    # is, and every name (see :func:`folder_templates`); None and () for a single template
+    template_name: str | None = None
+    template_names: tuple[str, ...] = field(default=())
 
     @property
     def display_name(self) -> str:
-        return self.template_path.name if self.template_path else f"{self.model_id} (hub)"
+        name = self.template_path.name if self.template_path else f"{self.model_id} ({self.origin})"
+        return f"{name} [{self.template_name}]" if self.template_name not in (None, DEFAULT_TEMPLATE) else name
+
+
+#: The template apply_chat_template uses when a tokenizer ships several and the call has no tools.
+DEFAULT_TEMPLATE = "default"
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,29 @@ def read_template(path: Path) -> str:
         raise SourceError(f"template file {path} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
     if "\x00" in text:
         raise SourceError(f"template file {path} is not a text file (it contains NUL bytes)")
+    return checked_template_text(text, f"template file {path}")
+
+
+def checked_model_id(model_id: str) -> str:
+    """``model_id`` when it names a model (``org/name``, or a bare ``name``); a SourceError when it
+    could name a path (it is looked up under templates_overrides/): no ``..``, no leading or
+    doubled ``/``, no more than one ``/``."""
+    parts = model_id.split("/")
+    if (
+        not model_id
+        or len(parts) > 2
+        or any(part in ("", ".", "..") for part in parts)
+        or "\x00" in model_id
+        or model_id != model_id.strip()
+    ):
+        raise SourceError(f"model id {model_id!r} is not an org/name pair (such as Qwen/Qwen3-8B)")
+    return model_id
+
+
+def checked_template_text(text: str, where: str) -> str:
+    """``text`` unless it is empty (an empty template renders nothing: there is nothing to compile)."""
+    if not text.strip():
+        raise SourceError(f"{where}: the template is empty")
     return text
 
 
@@ -86,7 +119,7 @@ def read_corpus_manifest(corpus: Path) -> list[CorpusEntry]:
 
 def override_paths(model_id: str) -> tuple[Path, Path]:
     """The override template (and its metadata) for ``model_id``: its own, or one listing it in ``also_models``."""
-    org, _, name = model_id.partition("/")
+    org, _, name = checked_model_id(model_id).partition("/")
     folder = OVERRIDES_DIR / org if name else OVERRIDES_DIR
     stem = name or org
     own = folder / f"{stem}.jinja", folder / f"{stem}.json"
@@ -106,8 +139,10 @@ def resolve_source(
     tokenizer: Path | None = None,
     corpus: Path | None = None,
     allow_hub: bool = True,
+    template_name: str | None = None,
 ) -> TemplateSource:
     """Find the template (and tokenizer folder) for ``model_id``; raises SourceError naming what is missing."""
+    checked_model_id(model_id)
     corpus_entries = read_corpus_manifest(corpus) if corpus else []
     by_model = {entry.model_id: entry for entry in corpus_entries}
 
@@ -144,8 +179,12 @@ def resolve_source(
             model_id, entry.template, source, tokenizer or entry.tokenizer, "corpus", same_template_ids(model_id, source, corpus_entries)
         )
 
+    if tokenizer is not None and tokenizer.is_dir():
+        source = folder_source(model_id, tokenizer, tokenizer, "tokenizer", template_name)
+        if source is not None:
+            return source
     if allow_hub:
-        return hub_source(model_id, tokenizer)
+        return hub_source(model_id, tokenizer, template_name)
     raise SourceError(
         f"no template for {model_id!r}: pass --template, add templates_overrides/{model_id}.jinja, "
         "or point --corpus at a folder whose MANIFEST.tsv lists it"
@@ -160,7 +199,61 @@ def same_template_ids(model_id: str, source: str, entries: list[CorpusEntry]) ->
     return tuple(ids)
 
 
-def hub_source(model_id: str, tokenizer: Path | None) -> TemplateSource:
+def folder_templates(folder: Path) -> dict[str, str]:
+    """The chat templates a tokenizer folder ships, by name (one template is named ``default``).
+
+    As transformers reads them: ``chat_template.jinja`` and ``additional_chat_templates/*.jinja``,
+    else ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of ``{name, template}``).
+    """
+    templates: dict[str, str] = {}
+    if (folder / "chat_template.jinja").is_file():
+        templates[DEFAULT_TEMPLATE] = read_template(folder / "chat_template.jinja")
+        for path in sorted((folder / "additional_chat_templates").glob("*.jinja")):
+            templates[path.stem] = read_template(path)
+        return templates
+    config_path = folder / "tokenizer_config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"cannot read {config_path}: {exc}") from None
+    shipped = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(shipped, str):
+        templates[DEFAULT_TEMPLATE] = shipped
+    elif isinstance(shipped, list):
+        for item in shipped:
+            if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str)):
+                raise SourceError(f"{config_path}: chat_template lists an entry that is not {{name, template}}: {item!r:.80}")
+            templates[item["name"]] = item["template"]
+    for name, text in templates.items():
+        checked_template_text(text, f"{config_path} ({name})")
+    return templates
+
+
+def folder_source(
+    model_id: str, folder: Path, tokenizer: Path | None, origin: str, template_name: str | None
+) -> TemplateSource | None:
+    """The template ``template_name`` (default: ``default``) of a tokenizer folder; None if it ships none."""
+    templates = folder_templates(folder)
+    if not templates:
+        return None
+    name = template_name or DEFAULT_TEMPLATE
+    if name not in templates:
+        raise SourceError(f"{folder} ships no chat template named {name!r} (it has {', '.join(sorted(templates))})")
+    jinja_file = folder / "chat_template.jinja" if name == DEFAULT_TEMPLATE else folder / "additional_chat_templates" / f"{name}.jinja"
+    names = tuple(sorted(templates, key=lambda n: (n != DEFAULT_TEMPLATE, n))) if len(templates) > 1 else ()
+    return TemplateSource(
+        model_id,
+        jinja_file if jinja_file.is_file() else None,
+        templates[name],
+        tokenizer or folder,
+        origin,
+        (model_id,),
+        template_name=name if names else None,
+        template_names=names,
+    )
+
+
+def hub_source(model_id: str, tokenizer: Path | None, template_name: str | None = None) -> TemplateSource:
     """The template and tokenizer from the Hub (or, offline, its cache)."""
     try:
         from huggingface_hub import snapshot_download
@@ -170,21 +263,19 @@ def hub_source(model_id: str, tokenizer: Path | None) -> TemplateSource:
         folder = Path(
             snapshot_download(
                 model_id,
-                allow_patterns=["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"],
+                allow_patterns=[
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                    "chat_template.jinja",
+                    "additional_chat_templates/*.jinja",
+                    "special_tokens_map.json",
+                ],
                 local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1",
             )
         )
     except Exception as exc:  # the hub library raises many kinds; all mean "not available"
         raise SourceError(f"could not get {model_id!r} from the Hugging Face Hub or its cache: {exc}") from None
-    jinja_file = folder / "chat_template.jinja"
-    if jinja_file.is_file():
-        source = read_template(jinja_file)
-    else:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        source = config.get("chat_template")
-        if isinstance(source, list):
-            source = next((item["template"] for item in source if item.get("name") == "default"), None)
-        if not isinstance(source, str):
-            raise SourceError(f"{model_id!r} ships no chat template; add one under templates_overrides/")
-        jinja_file = None
-    return TemplateSource(model_id, jinja_file, source, tokenizer or folder, "hub", (model_id,))
+    source = folder_source(model_id, folder, tokenizer, "hub", template_name)
+    if source is None:
+        raise SourceError(f"{model_id!r} ships no chat template; add one under templates_overrides/")
+    return source

@@ -69,6 +69,7 @@ from typing import Any
 from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
 from .bridge import RETENTION_POLICIES
 from .fingerprint import tokenizer_fingerprint
+from .named_templates import DEFAULT, TOOL_USE, NamedTemplates
 from .names import generated_family_for_prime, model_spellings, prime_family_of
 from .tokenization import _requested_backend
 
@@ -344,6 +345,33 @@ def _build_generated(
     return Resolution(renderer, "generated", entry.family)
 
 
+def _with_named_templates(
+    resolution: Resolution, model: str, tokenizer: Any, kwargs: dict[str, Any], retention: str | None = None
+) -> Resolution:
+    """A generated renderer of a tokenizer that also ships a different ``tool_use`` template:
+    calls with tools go to the renderer compiled from that one, as apply_chat_template's do, or
+    raise when none was (see :mod:`rllm_renderers.named_templates`)."""
+    templates = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not isinstance(templates, Mapping) or not isinstance(templates.get(TOOL_USE), str):
+        return resolution
+    tool_use = templates[TOOL_USE]
+    if tool_use == templates.get(DEFAULT):
+        return resolution
+    digest = template_sha256(tool_use)
+    entry = next((e for e in generated_index() if e.sha256 == digest), None)
+    if entry is None:
+        missing = {
+            TOOL_USE: f"no generated renderer was compiled from it (sha256 {digest}); compile it "
+            f"(python -m compiler generate --model {model} --tokenizer <folder>, which compiles every named "
+            "template) or pass renderer='chat_template'"
+        }
+        return Resolution(NamedTemplates({DEFAULT: resolution.renderer}, missing), resolution.source, resolution.name)
+    knobs = {name: value for name, value in kwargs.items() if name in entry.cls.KNOBS}  # a template ignores the rest
+    tool_renderer = _build_generated(entry, tokenizer, knobs, retention).renderer
+    renderers = {DEFAULT: resolution.renderer, TOOL_USE: tool_renderer}
+    return Resolution(NamedTemplates(renderers, {}), resolution.source, f"{resolution.name}+{entry.family}")
+
+
 # --- the other backends ---------------------------------------------------------------------
 
 
@@ -560,7 +588,9 @@ def resolve(
     entry = served_by(match.entry)
     if entry is not None:
         try:
-            return _build_generated(entry, tokenizer, kwargs, thinking_retention)
+            return _with_named_templates(
+                _build_generated(entry, tokenizer, kwargs, thinking_retention), model, tokenizer, kwargs, thinking_retention
+            )
         except GeneratedRendererError as exc:
             if not allow_fallback or tokenizer is None:  # without a tokenizer there is nothing to fall back to
                 raise GeneratedRendererError(

@@ -121,10 +121,11 @@ def test_cases_must_be_a_positive_number(tmp_path: Path, capsys, cases: str):
     assert not out.exists()
 
 
-def test_check_fails_on_a_stale_index(tmp_path: Path, capsys):
+def test_check_fails_on_a_stale_index_and_repairs_it(tmp_path: Path, capsys):
     (tmp_path / "_index.py").write_text("RENDERERS = {'gone': ('GoneRenderer', '0' * 64, ())}\n", encoding="utf-8")
     assert main(["check", "--dir", str(tmp_path), "--corpus", str(tmp_path)]) == 1
-    assert "STALE _index.py" in capsys.readouterr().out
+    assert "REPAIRED _index.py" in capsys.readouterr().out
+    assert main(["check", "--dir", str(tmp_path), "--corpus", str(tmp_path)]) == 0  # the index now lists the folder
 
 
 def test_a_folder_without_a_tokenizer_is_named(tmp_path: Path, capsys):

@@ -59,6 +59,7 @@ from .scopes import (
     macro_called_before_set,
     macro_reads,
     may_read_before_assignment,
+    statements_mentioning,
     scope_macros,
     target_names,
 )
@@ -500,25 +501,31 @@ class Lowering(ExpressionLowering, ValueKinds):
 
     def message_loop_body(self, loop: nodes.For) -> None:
         """The message loop's body; a role dispatch in it becomes one method per role."""
+        last_read: dict[str, int] = {}  # name -> the last statement of the body reading it
         for position, statement in enumerate(loop.body):
-            rest = loop.body[position + 1 :]
+            for read in count_reads([statement]):
+                last_read[read] = position
+        for position, statement in enumerate(loop.body):
             if isinstance(statement, nodes.If) and dispatched_roles(statement, loop.target.name):
-                self.role_dispatch(statement, loop, rest)
+                read_later = {read for read, last in last_read.items() if last > position}
+                self.role_dispatch(statement, loop, read_later)
             else:
                 self.statement(statement)
 
-    def role_dispatch(self, node: nodes.If, loop: nodes.For, rest: list[nodes.Node]) -> None:
+    def role_dispatch(self, node: nodes.If, loop: nodes.For, read_later: set[str]) -> None:
         """``if role == 'user' ... elif role == 'assistant' ...`` with each branch in its own method."""
 
         def branch(body: list[nodes.Node], test: nodes.Node) -> list[ir.Stmt]:
             roles = branch_topics(test, loop.target.name)
-            extracted = self.extract_branch(body, roles, loop, rest, test.lineno)
+            extracted = self.extract_branch(body, roles, loop, read_later, test.lineno)
             return extracted if extracted is not None else self.lower_block(body)
 
         self.add(self.if_chain(node, branch, label="{% if %} on the message's role"))
 
-    def extract_branch(self, body, roles: list[str], loop, rest, line: int) -> list[ir.Stmt] | None:
-        """``body`` as a method, and the block calling it; None when that is unsafe."""
+    def extract_branch(self, body, roles: list[str], loop, read_later: set[str], line: int) -> list[ir.Stmt] | None:
+        """``body`` as a method, and the block calling it; None when that is unsafe.
+
+        ``read_later``: the names the statements after this one in the loop body read."""
         if not roles or not body or loop_control_of_this_loop(body):
             return None
         if any(isinstance(node, nodes.Macro) for node in body):
@@ -529,8 +536,7 @@ class Lowering(ExpressionLowering, ValueKinds):
             for node in statement.find_all(nodes.Getattr)
         ):
             return None  # loop.changed() keeps state across iterations in a render_template local
-        later_reads = count_reads(rest)
-        if any(later_reads[assigned] for assigned in assigned_names(body)):
+        if assigned_names(body) & read_later:
             return None  # the branch sets something the rest of the iteration reads
         method_name = self.fresh_method_name("render_" + "_or_".join(roles))
         enclosing = self.scope.visible_python_names() | self.bound_locals()  # before the body adds its own
@@ -775,8 +781,9 @@ class Lowering(ExpressionLowering, ValueKinds):
     def initialise_scope_reads(self, body: list[nodes.Node], bound: set[str]) -> None:
         """A name read before its ``set`` in this scope sees the outer value (or Undefined)."""
         macros = {node.name: macro_reads(node) for node in body if isinstance(node, nodes.Macro)}
+        mentioning = statements_mentioning(body)  # the other statements cannot change the answer
         for assigned_name in sorted(assigned_names(body) - bound):
-            if not may_read_before_assignment(body, assigned_name):
+            if not may_read_before_assignment(mentioning.get(assigned_name, []), assigned_name):
                 if macro_called_before_set(body, assigned_name, macros):  # a macro here sees no outer value
                     local = self.assign_name(assigned_name)
                     self.add(ir.Assign(store(local), undefined(assigned_name)))

@@ -254,12 +254,59 @@ def loop_attributes_used(body: list[nodes.Node], refuse) -> set[str]:
     return used
 
 
+#: The attribute caching names_read on a node: computed once per node (the translator never changes
+#: a parsed node), as may_read_before_assignment asks about the same statements for every name a
+#: scope sets.
+NAMES_READ_ATTRIBUTE = "_rllm_names_read"
+
+
+def names_read(node: nodes.Node) -> frozenset[str]:
+    """The names read (loaded, or used as a namespace) by ``node``'s descendants and, for a
+    ``Name``, by itself."""
+    cached = node.__dict__.get(NAMES_READ_ATTRIBUTE)
+    if cached is None:
+        found: set[str] = set()
+        for child in node.iter_child_nodes():
+            if isinstance(child, nodes.NSRef):
+                found.add(child.name)
+            found |= names_read(child)
+        if isinstance(node, nodes.Name) and node.ctx == "load":
+            found.add(node.name)
+        cached = node.__dict__[NAMES_READ_ATTRIBUTE] = frozenset(found)
+    return cached
+
+
+NAMES_MENTIONED_ATTRIBUTE = "_rllm_names_mentioned"
+
+
+def names_mentioned(node: nodes.Node) -> frozenset[str]:
+    """Every name ``node`` or a descendant reads, sets, binds or defines (as a macro): a statement
+    not mentioning a name cannot change whether it is read before it is set."""
+    cached = node.__dict__.get(NAMES_MENTIONED_ATTRIBUTE)
+    if cached is None:
+        found: set[str] = set()
+        for child in node.iter_child_nodes():
+            found |= names_mentioned(child)
+        if isinstance(node, (nodes.Name, nodes.NSRef, nodes.Macro)):
+            found.add(node.name)
+        cached = node.__dict__[NAMES_MENTIONED_ATTRIBUTE] = frozenset(found)
+    return cached
+
+
+def statements_mentioning(body: list[nodes.Node]) -> dict[str, list[nodes.Node]]:
+    """Name -> the statements of ``body`` mentioning it, in order: a scope's statements indexed once,
+    so each name it sets is checked against its own statements only (see may_read_before_assignment)."""
+    index: dict[str, list[nodes.Node]] = {}
+    for node in body:
+        for mentioned in names_mentioned(node):
+            index.setdefault(mentioned, []).append(node)
+    return index
+
+
 def _reads(node: nodes.Node, name: str) -> bool:
     if isinstance(node, nodes.Name):
         return node.name == name and node.ctx == "load"
-    return any(n.name == name and n.ctx == "load" for n in node.find_all(nodes.Name)) or any(
-        ref.name == name for ref in node.find_all(nodes.NSRef)
-    )
+    return name in names_read(node)
 
 
 def macro_reads(macro: nodes.Macro) -> Counter[str]:
@@ -334,9 +381,13 @@ def first_use(body: list[nodes.Node], name: str) -> str | None:
 
 def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
     """Whether some path through ``body`` reads ``name`` before assigning it."""
+    if not any(_reads(node, name) or isinstance(node, nodes.NSRef) and node.name == name for node in body):
+        return False  # never read at all (the common case, answered from the cached names_read)
 
     def scan(statements: list[nodes.Node], assigned: bool) -> tuple[bool, bool]:
         for node in statements:
+            if name not in names_mentioned(node):
+                continue  # it neither reads nor sets the name
             if isinstance(node, nodes.If):
                 if not assigned and _reads(node.test, name):
                     return True, assigned
@@ -361,6 +412,8 @@ def may_read_before_assignment(body: list[nodes.Node], name: str) -> bool:
             elif isinstance(node, nodes.Macro):  # its body runs when called; its definition binds its name
                 assigned = assigned or node.name == name
             elif isinstance(node, nodes.For):
+                if assigned:
+                    continue  # nothing it reads can come before the assignment
                 # The body reads the outer value only before its own set (a loop's sets stay inside it).
                 reads = _reads(node.iter, name) or any(_reads(child, name) for child in node.else_)
                 if name not in target_names(node.target):

@@ -1,0 +1,202 @@
+"""A template that loops, recurses or grows without end fails as one error naming its statement.
+
+The compiler runs the template (through Jinja, as the oracle) and its translation (the generated
+class) many times while probing and verifying. A template can make one run take forever (nested
+``range(10**5)`` loops), recurse without end (a macro calling itself) or ask for more than the
+sandbox allows (``range(10**9)``). :func:`render_budget` is a watchdog that stops any one render
+running past its time budget; :func:`template_fault` turns such a failure into a CompileError
+that names the template line being run, found from the stack: the generated code's ``# L<n>``
+comments, or the line table of Jinja's compiled template.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from types import FrameType
+from typing import Iterator
+
+from .errors import CompileError
+
+#: Seconds one render (of the template or of its translation) may take while compiling.
+DEFAULT_RENDER_SECONDS = 10.0
+#: Characters one render of the translation may write (a chat prompt is a few MB at most): a loop
+#: writing without end is stopped before it fills the memory, not only when its time is up.
+DEFAULT_RENDER_CHARACTERS = 10_000_000
+#: How often the watchdog looks at the running render.
+TICK_SECONDS = 0.25
+#: Errors a template's own computation raises that would otherwise escape as a traceback.
+TEMPLATE_FAULTS = (RecursionError, OverflowError, MemoryError)
+
+#: Generated code by its file name (``<generated qwen3>`` or a path), to map a line to the template's.
+_GENERATED_CODE: dict[str, list[str]] = {}
+
+
+class RenderBudgetExceeded(BaseException):
+    """One render ran past its budget (a BaseException: no ``except Exception`` may swallow it, as
+    the oracle's rejection handler would). ``what``: "the 10 s budget", "the 10000000-character budget"."""
+
+    def __init__(self, what: str, frame: FrameType) -> None:
+        super().__init__(f"one render ran past {what}")
+        self.what = what
+        self.location = template_location(innermost_template_frame(frame))
+
+
+def register_generated_code(filename: str, code: str) -> None:
+    """Remember a generated module's text, so a fault inside it can name the template line."""
+    _GENERATED_CODE[filename] = code.splitlines()
+
+
+def is_template_frame(frame: FrameType) -> bool:
+    """Generated code, or Jinja's compiled template (live: its ``debug_info`` line table; in a
+    traceback Jinja rewrote, a frame already numbered in template lines)."""
+    filename = frame.f_code.co_filename
+    jinja = "debug_info" in frame.f_globals or "__jinja_exception__" in frame.f_globals
+    return filename in _GENERATED_CODE or (filename == "<template>" and jinja)
+
+
+def template_frames(frame: FrameType | None) -> list[FrameType]:
+    """The frames running template code, innermost first."""
+    frames = []
+    while frame is not None:
+        if is_template_frame(frame):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def innermost_template_frame(frame: FrameType | None) -> FrameType | None:
+    frames = template_frames(frame)
+    return frames[0] if frames else None
+
+
+def template_location(frame: FrameType | None, line: int | None = None) -> tuple[int, str] | None:
+    """(template line, what the code says it runs there) for a frame running template code."""
+    if frame is None:
+        return None
+    line = frame.f_lineno if line is None else line
+    filename = frame.f_code.co_filename
+    if filename in _GENERATED_CODE:
+        for text in reversed(_GENERATED_CODE[filename][:line]):
+            comment = text.strip()
+            if comment.startswith("# L") and ":" in comment:
+                number, _, label = comment[3:].partition(":")
+                if number.isdigit():
+                    return int(number), label.strip()
+        return None
+    if "debug_info" not in frame.f_globals:
+        return line, ""  # a frame of a traceback Jinja rewrote: numbered in template lines
+    pairs = [pair.split("=") for pair in frame.f_globals["debug_info"].split("&") if "=" in pair]
+    template_lines = [int(template) for template, code in sorted(pairs, key=lambda p: int(p[1])) if int(code) <= line]
+    return (template_lines[-1], "") if template_lines else None
+
+
+def describe_location(template: str, source: str, location: tuple[int, str] | None) -> str:
+    """``name:12: {% for %} ({%- for i in range(100000) %})``: the template line and its text."""
+    if location is None:
+        return f"{template}: "
+    number, label = location
+    lines = source.splitlines()
+    text = " ".join(lines[number - 1].split()) if 0 < number <= len(lines) else ""
+    text = text if len(text) <= 80 else text[:77] + "..."
+    shown = f"{label} ({text})" if label and text else label or text
+    return f"{template}:{number}: at {shown}: " if shown else f"{template}:{number}: "
+
+
+def characters_written(root: FrameType) -> int:
+    """What the render running in ``root`` (a generated ``render_template``) has written so far."""
+    parts = getattr(root.f_locals.get("out"), "parts", None)
+    return sum(map(len, parts)) if isinstance(parts, list) else 0
+
+
+#: The character budget in force (set by render_budget), for Jinja's side: see limit_jinja_output.
+_CHARACTER_LIMIT: list[int | None] = [None]
+
+
+def limit_jinja_output(template) -> None:
+    """Make a compiled Jinja template (the oracle's) stop, inside render_budget, once its output
+    passes the character budget: its environment's ``concat`` (the join of the rendered pieces)
+    counts them. Jinja then never holds more than the budget in memory."""
+    template.environment.concat = _budgeted_concat
+
+
+def _budgeted_concat(pieces) -> str:
+    limit = _CHARACTER_LIMIT[0]
+    if limit is None:
+        return "".join(pieces)
+    kept, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        kept.append(piece)
+        if size > limit:
+            frame = getattr(pieces, "gi_frame", None)
+            raise RenderBudgetExceeded(f"the {limit}-character budget", frame)
+    return "".join(kept)
+
+
+@contextmanager
+def render_budget(
+    seconds: float = DEFAULT_RENDER_SECONDS, characters: int = DEFAULT_RENDER_CHARACTERS
+) -> Iterator[None]:
+    """Raise RenderBudgetExceeded in any render that runs longer than ``seconds`` or whose output
+    (the generated class's; Jinja's is not visible until it returns) passes ``characters``.
+
+    A watchdog on SIGALRM (so only in the main thread; elsewhere nothing is limited) looks at the
+    stack every tick: while the outermost template frame stays the same, one render is running.
+    """
+    _CHARACTER_LIMIT[0] = characters
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        try:
+            yield
+        finally:
+            _CHARACTER_LIMIT[0] = None
+        return
+    watched: dict[str, object] = {"root": None, "since": 0.0}
+
+    def tick(signum: int, frame: FrameType | None) -> None:
+        frames = template_frames(frame)
+        root = frames[-1] if frames else None
+        now = time.monotonic()
+        if root is None or root is not watched["root"]:
+            watched["root"], watched["since"] = root, now  # a strong reference: the frame is not reused
+        elif now - watched["since"] > seconds:
+            watched["root"] = None
+            raise RenderBudgetExceeded(f"the {seconds:g} s budget", frame)
+        if root is not None and root.f_code.co_filename in _GENERATED_CODE and characters_written(root) > characters:
+            watched["root"] = None
+            raise RenderBudgetExceeded(f"the {characters}-character budget", frame)
+
+    previous = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, TICK_SECONDS, TICK_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        watched["root"] = None
+        _CHARACTER_LIMIT[0] = None
+
+
+@contextmanager
+def template_fault(template: str, source: str) -> Iterator[None]:
+    """Turn a template's runaway computation into a CompileError naming its statement.
+
+    An error raised with no template code on its stack is the compiler's own and passes through.
+    """
+    try:
+        yield
+    except RenderBudgetExceeded as exc:
+        where = describe_location(template, source, exc.location)
+        option = "--render-budget" if " s budget" in exc.what else "--render-characters"
+        raise CompileError(f"{where}one render ran past {exc.what} (raise it with {option})") from None
+    except TEMPLATE_FAULTS as exc:
+        frames = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__) if is_template_frame(frame)]
+        if not frames:
+            raise
+        frame, line = frames[-1]
+        where = describe_location(template, source, template_location(frame, line))
+        reason = " ".join(str(exc).split()) or "no detail"
+        raise CompileError(f"{where}the template raised {type(exc).__name__} ({reason[:200]})") from None
