@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
+from .caller_text import CallerText, caller_message
 from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
@@ -299,10 +300,12 @@ class GeneratedRenderer(ABC):
                 role, content = message.get("role"), message.get("content")
                 if type(role) is str and type(content) is str and (not roles or role in roles):
                     wrapped = jinja.TemplateDict(message)  # (keeps the caller's key order)
-                    wrapped["role"], wrapped["content"] = template_str(role), template_str(content)
+                    wrapped["role"], wrapped["content"] = template_str(role), CallerText(content)
                     prepared.append(wrapped)
                     continue
-            prepared.append(template_message(self._normalize_message(message, first_index + index), REASONING_FIELDS))
+            # every string but the role is caller text: its marks say where the template wrote it
+            message = caller_message(self._normalize_message(message, first_index + index))
+            prepared.append(template_message(message, REASONING_FIELDS))
         return jinja.TemplateList(prepared)
 
     # --- rendering ------------------------------------------------------------------
@@ -401,14 +404,14 @@ class GeneratedRenderer(ABC):
         text = out.text()
         part_starts = out.part_starts()
         spans = out.message_spans(part_starts)
-        plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
+        plain = self._plain_ranges(out, text, messages) if self.plain_content_roles else None
         token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
         message_ranges = self._message_ranges(text, spans)
         sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
         return self._result(
             RenderedTokens(
                 token_ids=token_ids,
-                message_indices=span_values(offsets, spans),
+                message_indices=span_values(offsets, out.attributed_spans(part_starts)),
                 sampled_mask=inside_ranges(offsets, sampled_ranges),
                 is_content=inside_ranges(offsets, out.content_ranges(part_starts)),
                 message_roles=[message.get("role", "") for message in messages],
@@ -451,31 +454,15 @@ class GeneratedRenderer(ABC):
     def _plain_ranges(
         self, out: RenderOutput, text: str, messages: list[Message], spans: list[tuple[int, int]] | None = None
     ) -> list[tuple[int, int]]:
-        """Character ranges of the content of messages whose role is in ``plain_content_roles``,
-        from the translator's content marks (``out.content_ranges()``)."""
-        spans = out.message_spans() if spans is None else spans
-        message_ranges = self._message_ranges(text, spans)
+        """Character ranges of the caller text (content, content parts, reasoning, names, tool calls)
+        of messages whose role is in ``plain_content_roles``, wherever the template wrote it
+        (``out.caller_ranges()``). ``text`` and ``spans`` are not needed (kept for callers)."""
         roles = self.plain_content_roles
-        chosen = {index for index, message in enumerate(messages) if message.get("role") in roles}
-        # A message the template renders outside its message loop (a system prompt taken from
-        # messages[0]) has no span of its own: its content is recognised by its text.
-        unmarked = {
-            messages[index]["content"]
-            for index in chosen
-            if index not in message_ranges and isinstance(messages[index].get("content"), str)
-        }
-        starts = [start for start, _ in spans]
-        ranges = []
-        for low, high in out.content_ranges():
-            index = spans[bisect.bisect_right(starts, low) - 1][1]
-            if (index >= 0 and index in chosen) or (index < 0 and text[low:high] in unmarked):
-                ranges.append((low, high))
-                unmarked.discard(text[low:high])
-        for content in unmarked:  # written through a template variable, unmarked: found by its text
-            at = text.find(content) if content else -1
-            if at >= 0:
-                ranges.append((at, at + len(content)))
-        return ranges
+        return [
+            (low, high)
+            for low, high, index in out.caller_ranges()
+            if index >= 0 and index < len(messages) and messages[index].get("role") in roles
+        ]
 
     # --- facts used by the parser and the bridge --------------------------------------
 
