@@ -95,7 +95,9 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             out.append("<|start|>developer<|message|>")
             # L104: {% if %}
             if ns.instructions:
-                out.append("# Instructions\n\n" + str(ns.instructions) + ("\n\n" if tools else ""))
+                out.append("# Instructions\n\n")
+                out.append_content(str(ns.instructions))
+                out.append("\n\n" if tools else "")
             # L108: {% if %}
             if tools:
                 out.append("# Tools\n\n## functions\n\nnamespace functions {\n\n")
@@ -170,7 +172,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                 # L30: {% if %}
                 if jinja.is_mapping(part) and part["type"] == "text":
                     parts_.append(str(part["text"] if jinja.is_defined(part["text"]) else ""))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_ts_type(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
@@ -217,7 +219,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             parts_.append("{\n" + self.macro_ts_properties(schema, str(indent) + "    ") + str(indent) + "    }")
         else:
             raise jinja.TemplateError("the harmony template cannot declare this JSON schema: " + jinja.tojson(schema))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_ts_properties(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
@@ -249,7 +251,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                 if jinja.is_defined(jinja.getattribute(property_, "default")):
                     parts_.append(" // default: " + jinja.tojson(jinja.getattribute(property_, "default")))
                 parts_.append("\n")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_user(self, out, message):
         """The template's user branch of the message loop (lines 146-147)."""
