@@ -120,7 +120,9 @@ def attribution_mismatch(text: str, caller_ranges: list[tuple[int, int, int]], o
             return f"character {offset} ({_around(text, offset)}) is message {expected[offset]}'s text but {got}"
     for offset in sorted(actual):
         if offset not in expected and text[offset] not in JSON_PUNCTUATION:
-            return f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
+            return (
+                f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
+            )
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
-from .caller_text import CallerText, caller_message
+from .caller_text import CallerText, caller_data
 from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
@@ -304,7 +304,7 @@ class GeneratedRenderer(ABC):
                     prepared.append(wrapped)
                     continue
             # every string but the role is caller text: its marks say where the template wrote it
-            message = caller_message(self._normalize_message(message, first_index + index))
+            message = caller_data(self._normalize_message(message, first_index + index))
             prepared.append(template_message(message, REASONING_FIELDS))
         return jinja.TemplateList(prepared)
 

@@ -10,8 +10,9 @@ macro; so the mark travels with the value:
   tool-call ids, names and arguments, the keys of dict arguments) is a :class:`CallerText`, whose
   *source* is itself;
 * what the template derives from caller text by ``+``, slicing, ``strip``, ``split``, ``replace``,
-  case changes, ``tojson``, ``join`` and the like is a :class:`MarkedText`: a string with the
-  character ranges that hold caller text, each with its source;
+  case changes, ``tojson`` (each string of the JSON where it stands), ``join`` and the like is a
+  :class:`MarkedText`: a string with the character ranges that hold caller text, each with its
+  source; ``| safe`` of it, and a Markup concatenation (which escapes), a :class:`MarkedMarkup`;
 * what the render writes is scanned for both (:func:`marks_of`) only when attribution is asked
   for; the source's message is found by identity (:func:`sources_by_message`).
 
@@ -32,11 +33,18 @@ from markupsafe import Markup, escape
 from .template_values import TemplateStr
 
 __all__ = [
+    "CallerText",
+    "MarkedText",
     "MarkedMarkup",
     "MARKED_TYPES",
-    "mark_safe","CallerText", "MarkedText", "marks_of", "marked_join", "caller_data", "caller_message", "json_with_marks", "sources_by_message", "is_marked"]
-
-Mark = tuple  # (start, end, source CallerText)
+    "caller_data",
+    "is_marked",
+    "json_with_marks",
+    "mark_safe",
+    "marked_join",
+    "marks_of",
+    "sources_by_message",
+]
 
 
 class _Marks(TemplateStr):
@@ -194,9 +202,7 @@ def _escaped_marks(value: Any, by: int, length: int) -> tuple:
     if not marks or length == len(value):
         return _shifted(marks, by)
     plain = str.__str__(value)
-    return tuple(
-        (by + len(escape(plain[:low])), by + len(escape(plain[:high])), source) for low, high, source in marks
-    )
+    return tuple((by + len(escape(plain[:low])), by + len(escape(plain[:high])), source) for low, high, source in marks)
 
 
 def mark_safe(value: Any) -> Markup:
@@ -289,11 +295,6 @@ def marked_join(separator: Any, items: Iterable[Any]) -> Any:
     return _marked(text, tuple(marks))
 
 
-def marks_whole(text: str, source: Any) -> Any:
-    """``text`` marked, every character of it, as caller text of ``source``."""
-    return _marked(text, ((0, len(text), source),)) if text else text
-
-
 def holds_caller_text(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` is or holds (keys included) caller text."""
     if type(value) in MARKED_TYPES:
@@ -301,7 +302,9 @@ def holds_caller_text(value: Any, depth: int = 0) -> bool:
     if depth > 64:
         return False
     if isinstance(value, dict):
-        return any(holds_caller_text(key, depth + 1) or holds_caller_text(item, depth + 1) for key, item in value.items())
+        return any(
+            holds_caller_text(key, depth + 1) or holds_caller_text(item, depth + 1) for key, item in value.items()
+        )
     if isinstance(value, (list, tuple)):
         return any(holds_caller_text(item, depth + 1) for item in value)
     return False
@@ -399,11 +402,6 @@ def caller_data(value: Any, in_arguments: bool = False) -> Any:
     if isinstance(value, (list, tuple)):
         return [caller_data(item, in_arguments) for item in value]
     return value
-
-
-def caller_message(message: dict) -> dict:
-    """A message with every string but its role caller text (see :func:`caller_data`)."""
-    return caller_data(message)
 
 
 def sources_by_message(messages: Iterable[Any]) -> dict[int, int]:

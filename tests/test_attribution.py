@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.attribution import JSON_PUNCTUATION, actual_marks, attribution_mismatch, expected_marks, needle_conversation
+from compiler.attribution import (
+    JSON_PUNCTUATION,
+    actual_marks,
+    attribution_mismatch,
+    expected_marks,
+    needle_conversation,
+)
 from tests.families import ALL_FAMILIES, ALL_FAMILY_IDS
 
 CHECKED_ROLES = ("system", "user", "assistant", "tool")
