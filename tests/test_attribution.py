@@ -171,7 +171,7 @@ def test_json_punctuation_is_the_only_extra():
     json_start = text.index("{")
     exact = [(start, start + 6, 0), (json_start, len(text), 1)]
     assert attribution_mismatch(text, exact, owners) is None
-    assert "is not" in attribution_mismatch(text, [(start - 1, start + 6, 0), exact[1]], owners)
+    assert "is not" in attribution_mismatch(text, [(start - 2, start + 6, 0), exact[1]], owners)
     assert "unmarked" in attribution_mismatch(text, [(start, start + 5, 0), exact[1]], owners)
     assert "message 1's" in attribution_mismatch(text, [(start, start + 6, 1), exact[1]], owners)
     assert set('{}":, ') <= JSON_PUNCTUATION
