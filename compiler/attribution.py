@@ -80,7 +80,7 @@ def _needled(value: Any, index: int, needles: Needles, key: Any, in_arguments: b
         return [_needled(item, index, needles, key, in_arguments) for item in value]
     if isinstance(value, str) and value:
         return needles.call_id(index, len(value)) if key in ID_FIELDS and not in_arguments else needles.text(index)
-    if in_arguments and value is not None and not isinstance(value, str):
+    if in_arguments and not isinstance(value, str):  # numbers, booleans, null: a needle too
         return needles.text(index)
     return value
 

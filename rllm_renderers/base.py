@@ -272,10 +272,13 @@ class GeneratedRenderer(ABC):
         function = {**function, "arguments": converted}
         return {**call, "function": function} if "function" in call else function
 
-    def template_inputs(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
-        """What transformers hands the template: None-valued keys dropped, reasoning aliased."""
+    def template_inputs(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, marked: bool = True
+    ) -> tuple[list, Any]:
+        """What transformers hands the template: None-valued keys dropped, reasoning aliased
+        (``marked``: see :meth:`template_messages`)."""
         template_tools = self.template_tools(tools)
-        return self.template_messages(messages), template_tools
+        return self.template_messages(messages, marked=marked), template_tools
 
     @staticmethod
     def template_tools(tools: list[ToolSpec] | None) -> Any:
@@ -288,9 +291,15 @@ class GeneratedRenderer(ABC):
                     raise ValueError(f"tools[{position}] must be a dict, got {type(tool).__name__}")
         return jinja.template_tools(tools)
 
-    def template_messages(self, messages: list[Message], first_index: int = 0) -> list:
+    def template_messages(self, messages: list[Message], first_index: int = 0, *, marked: bool = True) -> list:
         """The messages as the template sees them, normalized (errors name the message by its index,
-        counted from ``first_index``)."""
+        counted from ``first_index``).
+
+        ``marked``: every string of a message but its role is caller text
+        (:mod:`rllm_renderers.caller_text`), so that the render says where the template wrote it
+        (attribution, the control-token-safe mode). A render whose text is all that is asked for
+        (``render_text``, ``render_ids`` of a renderer without that mode) leaves it out: the same
+        text, without the cost of carrying the marks."""
         _check_message_list(messages)
         template_message, template_str, roles = jinja.template_message, jinja.TemplateStr, self.ROLES
         prepared = []
@@ -300,12 +309,12 @@ class GeneratedRenderer(ABC):
                 role, content = message.get("role"), message.get("content")
                 if type(role) is str and type(content) is str and (not roles or role in roles):
                     wrapped = jinja.TemplateDict(message)  # (keeps the caller's key order)
-                    wrapped["role"], wrapped["content"] = template_str(role), CallerText(content)
+                    wrapped["role"] = template_str(role)
+                    wrapped["content"] = CallerText(content) if marked else template_str(content)
                     prepared.append(wrapped)
                     continue
-            # every string but the role is caller text: its marks say where the template wrote it
-            message = caller_data(self._normalize_message(message, first_index + index))
-            prepared.append(template_message(message, REASONING_FIELDS))
+            message = self._normalize_message(message, first_index + index)
+            prepared.append(template_message(caller_data(message) if marked else message, REASONING_FIELDS))
         return jinja.TemplateList(prepared)
 
     # --- rendering ------------------------------------------------------------------
@@ -317,14 +326,16 @@ class GeneratedRenderer(ABC):
         """The translated template (each generated subclass defines it)."""
 
     def _render_output(
-        self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
+        self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool, *, marked: bool = True
     ) -> RenderOutput:
-        return self._run_template(*self._template_history(messages, tools), add_generation_prompt)
+        return self._run_template(*self._template_history(messages, tools, marked=marked), add_generation_prompt)
 
-    def _template_history(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
+    def _template_history(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, marked: bool = True
+    ) -> tuple[list, Any]:
         if not messages:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        return self.template_inputs(messages, tools)
+        return self.template_inputs(messages, tools, marked=marked)
 
     def _run_template(
         self,
@@ -363,7 +374,7 @@ class GeneratedRenderer(ABC):
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> str:
         """The chat template's text for these messages."""
-        return self._render_output(messages, tools, add_generation_prompt).text()
+        return self._render_output(messages, tools, add_generation_prompt, marked=False).text()
 
     @property
     def encoder(self):
@@ -383,7 +394,9 @@ class GeneratedRenderer(ABC):
         Unless built with ``control_token_safe``: then the content of messages of those roles is
         encoded as plain text (see :func:`_plain_content_roles`).
         """
-        template_messages, template_tools = self._template_history(messages, tools)
+        # the safe mode needs to know where caller text is written; parity needs the text alone
+        marked = bool(self.plain_content_roles)
+        template_messages, template_tools = self._template_history(messages, tools, marked=marked)
         # a prompt with the generation prompt is one the bridge may be asked to go on from
         record = add_generation_prompt and self.bridging
         out = self._run_template(template_messages, template_tools, add_generation_prompt, record=record)

@@ -283,14 +283,17 @@ def marked_join(separator: Any, items: Iterable[Any]) -> Any:
     """``separator.join(items)`` keeping the marks of the separator and of every item."""
     items = items if isinstance(items, list) else list(items)
     text = separator.join(items)  # (a Markup separator escapes the items: its text, unmarked)
-    if type(text) is not str or (not is_marked(separator) and not any(type(item) in MARKED_TYPES for item in items)):
+    if type(text) is not str or (not is_marked(separator) and MARKED_TYPES.isdisjoint(map(type, items))):
         return text
-    marks, at, gap = [], 0, marks_of(separator)
+    marks: list = []
+    at, gap, step = 0, marks_of(separator), len(separator)
     for position, item in enumerate(items):
         if position:
-            marks.extend(_shifted(gap, at))
-            at += len(separator)
-        marks.extend(_shifted(marks_of(item), at))
+            if gap:
+                marks.extend(_shifted(gap, at))
+            at += step
+        if type(item) in MARKED_TYPES:
+            marks.extend(_shifted(marks_of(item), at))
         at += len(item)
     return _marked(text, tuple(marks))
 

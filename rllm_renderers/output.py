@@ -33,7 +33,7 @@ class RenderOutput:
     full text where the resumed iteration's text begins.
     """
 
-    __slots__ = ("parts", "append", "marks", "_messages", "_index_by_id", "origin", "loop_run", "_text")
+    __slots__ = ("parts", "append", "marks", "_messages", "_caller", "_index_by_id", "origin", "loop_run", "_text")
 
     def __init__(self, messages: list[Any], *, record: bool = False, resume_from: Any = None) -> None:
         self.parts: list[str] = []
@@ -45,6 +45,7 @@ class RenderOutput:
         # what to do with a resumable message loop (record a checkpoint, resume from one), if anything
         self.loop_run = resume.LoopRun(record, resume_from) if record or resume_from is not None else None
         self._text: tuple[int, str] | None = None  # (len(parts), their text) once joined
+        self._caller: tuple[int, list] | None = None  # (len(parts), their caller_ranges) once found
 
     def message_loop(
         self,
@@ -68,6 +69,7 @@ class RenderOutput:
         """Drop what was written so far: the full text up to ``origin`` is known to hold it."""
         self.parts.clear()
         self._text = None
+        self._caller = None
         self.marks.clear()
         self.origin = origin
 
@@ -136,16 +138,18 @@ class RenderOutput:
 
         ``starts``: :meth:`part_starts`, when the caller already has them.
         """
+        if self._caller is not None and self._caller[0] == len(self.parts):
+            return self._caller[1]
         starts = self.part_starts() if starts is None else starts
         found: list[tuple[int, int, Any]] = []
         for position, part in enumerate(self.parts):
             if type(part) in MARKED_TYPES:
                 offset = starts[position]
                 found.extend((offset + low, offset + high, source) for low, high, source in marks_of(part))
-        if not found:
-            return []
-        index_of = sources_by_message(self._messages)
-        return [(low, high, index_of.get(id(source), -1)) for low, high, source in found if high > low]
+        index_of = sources_by_message(self._messages) if found else {}
+        ranges = [(low, high, index_of.get(id(source), -1)) for low, high, source in found if high > low]
+        self._caller = (len(self.parts), ranges)
+        return ranges
 
     def content_ranges(self, starts: list[int] | None = None) -> list[tuple[int, int]]:
         """Half-open character ranges of caller text (:meth:`caller_ranges` without the messages)."""
