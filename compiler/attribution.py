@@ -10,7 +10,10 @@ template's own text, independently of how the marks are made:
   argument keys and values) by a *needle*: a short string of letters and digits that is unique in
   the conversation, that no template transformation of a message's text changes (``strip``,
   ``split`` on a marker, ``trim``), and that the template writes as it is. Call ids keep their
-  length (Mistral's templates check it). Empty strings stay empty (templates test emptiness).
+  length (Mistral's templates check it) and stay paired: a tool message's ``tool_call_id`` is the
+  needle of the call it answers (Gemma-4 looks the call up by it), so an id's needle is the text
+  of each message that carries it, and written, it may be marked as either's. Empty strings stay
+  empty (templates test emptiness).
 * "Where the template writes a message's text" is then where its needles occur in the render;
   :func:`attribution_mismatch` compares that, character by character, with the marks: every
   character of a needle of message k is marked as caller text of message k; nothing else is
@@ -36,27 +39,31 @@ ID_FIELDS = ("id", "tool_call_id")
 
 
 class Needles:
-    """Hands out needles, remembering whose each is."""
+    """Hands out needles, remembering whose each is (the set of message indices it may be marked as)."""
 
     def __init__(self) -> None:
-        self.owner: dict[str, int] = {}
+        self.owner: dict[str, frozenset[int]] = {}
+        self.ids: dict[str, str] = {}  # a call id -> its needle (the same for the call and its result)
 
     def text(self, message_index: int) -> str:
         needle = f"Zq{message_index}x{len(self.owner)}Q"
-        self.owner[needle] = message_index
+        self.owner[needle] = frozenset((message_index,))
         return needle
 
-    def call_id(self, message_index: int, length: int) -> str:
-        serial = str(len(self.owner))
-        needle = ("W" + serial + "w" * length)[:length] if length > len(serial) + 1 else ""
-        if needle:
-            self.owner[needle] = message_index
-        return needle or "W" * length
+    def call_id(self, message_index: int, original: str) -> str:
+        needle = self.ids.get(original)
+        if needle is None:
+            serial, length = str(len(self.ids)), len(original)
+            needle = ("W" + serial + "w" * length)[:length] if length > len(serial) + 1 else original
+            self.ids[original] = needle
+        if needle != original:
+            self.owner[needle] = self.owner.get(needle, frozenset()) | {message_index}
+        return needle
 
 
-def needle_conversation(messages: list[dict]) -> tuple[list[dict], dict[str, int]]:
+def needle_conversation(messages: list[dict]) -> tuple[list[dict], dict[str, frozenset[int]]]:
     """``messages`` with every string of a message (but its role and the ``type`` fields) a needle;
-    and each needle's message index."""
+    and each needle's message indices (one, but for a call id)."""
     needles = Needles()
     converted = [_needled(message, index, needles, None) for index, message in enumerate(messages)]
     return converted, needles.owner
@@ -79,7 +86,7 @@ def _needled(value: Any, index: int, needles: Needles, key: Any, in_arguments: b
     if isinstance(value, (list, tuple)):
         return [_needled(item, index, needles, key, in_arguments) for item in value]
     if isinstance(value, str) and value:
-        return needles.call_id(index, len(value)) if key in ID_FIELDS and not in_arguments else needles.text(index)
+        return needles.call_id(index, value) if key in ID_FIELDS and not in_arguments else needles.text(index)
     if in_arguments and not isinstance(value, str):  # numbers, booleans, null: a needle too
         return needles.text(index)
     return value
@@ -94,9 +101,10 @@ def _needled_json(text: str, index: int, needles: Needles) -> str:
     return json.dumps(_needled(data, index, needles, "arguments", True))
 
 
-def expected_marks(text: str, owners: dict[str, int]) -> dict[int, int]:
-    """Character offset -> message index, for every occurrence of every needle in ``text``."""
-    marks: dict[int, int] = {}
+def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, frozenset[int]]:
+    """Character offset -> the message indices it may be marked as, for every occurrence of every
+    needle in ``text``."""
+    marks: dict[int, frozenset[int]] = {}
     for needle, index in owners.items():
         at = text.find(needle)
         while at >= 0:
@@ -111,13 +119,16 @@ def actual_marks(caller_ranges: list[tuple[int, int, int]]) -> dict[int, int]:
     return {offset: index for low, high, index in caller_ranges for offset in range(low, high)}
 
 
-def attribution_mismatch(text: str, caller_ranges: list[tuple[int, int, int]], owners: dict[str, int]) -> str | None:
+def attribution_mismatch(
+    text: str, caller_ranges: list[tuple[int, int, int]], owners: dict[str, frozenset[int]]
+) -> str | None:
     """None when the marks are exactly where the needles are (see the module docstring), else what differs."""
     expected, actual = expected_marks(text, owners), actual_marks(caller_ranges)
     for offset in sorted(expected):
-        if actual.get(offset) != expected[offset]:
+        if actual.get(offset) not in expected[offset]:
             got = "unmarked" if offset not in actual else f"marked as message {actual[offset]}'s"
-            return f"character {offset} ({_around(text, offset)}) is message {expected[offset]}'s text but {got}"
+            whose = " or ".join(map(str, sorted(expected[offset])))
+            return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {got}"
     for offset in sorted(actual):
         if offset not in expected and text[offset] not in JSON_PUNCTUATION:
             return (

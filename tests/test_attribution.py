@@ -119,7 +119,7 @@ def test_attribution_property_covers_every_checked_in_renderer():
             problem = attribution_mismatch(text, output.caller_ranges(), owners)
             assert problem is None, f"{family.module}: {problem}\n{messages}"
             expected = expected_marks(text, owners)
-            roles_seen |= {messages[index]["role"] for index in set(expected.values())}
+            roles_seen |= {messages[index]["role"] for indices in expected.values() for index in indices}
             marks = actual_marks(output.caller_ranges())
             assert _check_tokens(renderer, messages, tools, marks) > 0, family.module
         renderable = {role for role in CHECKED_ROLES if not renderer.ROLES or role in renderer.ROLES}
@@ -166,7 +166,7 @@ def _stop_token(renderer) -> str:
 def test_json_punctuation_is_the_only_extra():
     """The checker itself: a marked header or an unmarked needle character is reported."""
     text = '<|im_start|>user\nZq0x0Q<|im_end|>{"Zq1x1Q": "Zq1x2Q"}'
-    owners = {"Zq0x0Q": 0, "Zq1x1Q": 1, "Zq1x2Q": 1}
+    owners = {"Zq0x0Q": frozenset({0}), "Zq1x1Q": frozenset({1}), "Zq1x2Q": frozenset({1})}
     start = text.index("Zq0x0Q")
     json_start = text.index("{")
     exact = [(start, start + 6, 0), (json_start, len(text), 1)]
@@ -175,3 +175,8 @@ def test_json_punctuation_is_the_only_extra():
     assert "unmarked" in attribution_mismatch(text, [(start, start + 5, 0), exact[1]], owners)
     assert "message 1's" in attribution_mismatch(text, [(start, start + 6, 1), exact[1]], owners)
     assert set('{}":, ') <= JSON_PUNCTUATION
+    # a call id's needle is the text of the call and of its result: marked as either is right
+    shared = {"W1ww": frozenset({1, 2})}
+    at = "call W1ww".index("W1ww")
+    assert attribution_mismatch("call W1ww", [(at, at + 4, 2)], shared) is None
+    assert "message 1 or 2's" in attribution_mismatch("call W1ww", [(at, at + 4, 0)], shared)
