@@ -11,6 +11,7 @@ smallest failing one with a diff.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections import Counter
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from rllm_renderers import template_runtime as jinja
 
+from .attribution import attribution_mismatch, needle_conversation
 from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
 from .oracle import OracleRejected, TemplateOracle
@@ -50,6 +52,8 @@ class VerificationReport:
     rejected_alike: int = 0  # cases the template and the renderer both refused
     resumes_checked: int = 0  # renders resumed from a checkpoint of a shorter conversation, compared
     resumed: int = 0  # of those, how many did resume (the rest re-ran the whole template)
+    attribution_checked: int = 0  # needle versions of the cases whose caller-text marks were exact
+    attribution_refused: int = 0  # needle versions the template refused (nothing to check)
     failure: Failure | None = None
     notes: list[str] = field(default_factory=list)
     # keep-going runs (against a reference that is not the template): every differing case
@@ -68,6 +72,10 @@ class VerificationReport:
         parts.append(f"({self.rejected_alike} rejected alike)")
         if self.resumes_checked:
             parts.append(f"resumed: {self.resumed} of {self.resumes_checked} renders, all exact")
+        if self.attribution_checked or self.attribution_refused:
+            parts.append(
+                f"attribution: {self.attribution_checked} exact ({self.attribution_refused} needle versions refused)"
+            )
         return ", ".join(parts)
 
     def disagreement_report(self) -> str:
@@ -195,11 +203,35 @@ class DifferentialChecker:
         except OracleRejected as rejection:
             return self._check_rejection(renderer, messages, arguments, case, rejection)
         try:
-            return self._compare_rendered(renderer, messages, arguments, expected, case)
+            failure = self._compare_rendered(renderer, messages, arguments, expected, case)
+            if failure is None and getattr(self.oracle, "is_template", True):
+                failure = self._check_attribution(renderer, case)
+            return failure
         except OracleRejected:
             raise
         except Exception as exc:  # any failure of the renderer here (render_text, render...) is a mismatch to report
             return Failure(case, f"the template renders but the renderer raised {type(exc).__name__}: {exc}")
+
+    def _check_attribution(self, renderer, case: Case) -> Failure | None:
+        """The case with its messages' strings replaced by needles (:mod:`compiler.attribution`): the
+        renderer's caller-text marks must be exactly where the template writes each message's needles."""
+        needled, owners = needle_conversation(case.messages)
+        needle_case = dataclasses.replace(case, messages=needled)
+        arguments = dict(tools=case.tools, add_generation_prompt=case.add_generation_prompt)
+        try:
+            messages = renderer.normalize_messages(needled)
+            expected = self.oracle.render_text(messages, knobs=case.knobs, **arguments)
+        except (ValueError, OracleRejected):
+            self.report.attribution_refused += 1
+            return None
+        output = renderer._render_output(messages, case.tools, case.add_generation_prompt)
+        if output.text() != expected:
+            return Failure(needle_case, "text differs (the needle version of the case)", text_diff(expected, output.text()))
+        problem = attribution_mismatch(expected, output.caller_ranges(), owners)
+        if problem is not None:
+            return Failure(needle_case, f"attribution: {problem}")
+        self.report.attribution_checked += 1
+        return None
 
     def _compare_rendered(self, renderer, messages, arguments, expected: str, case: Case) -> Failure | None:
         """The renderer's text (warm and resumed too), then its token ids, against the template's."""

@@ -64,7 +64,8 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
             # L6: {% if %}
             if message["role"] == "system":
                 ns.system_prompt = message["content"]
-        out.append(str(bos_token) + "\n" + str(ns.system_prompt))
+        out.append(str(bos_token) + "\n")
+        out.append_content(str(ns.system_prompt))
         # L12: {% for %}
         for message_index, message in out.message_loop(messages, state=(ns,)):
             out.mark_message(message)

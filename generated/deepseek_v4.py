@@ -95,7 +95,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
             parts_.append(
                 "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
             )
-            return "".join(parts_)
+            return jinja.concat(parts_)
 
         out.append(BOS_TOKEN)
         # L67: {% if %}

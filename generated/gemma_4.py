@@ -73,7 +73,7 @@ class Gemma4Renderer(GeneratedRenderer):
                 ns.prev_message_type = "think"
             # L188: {% if %}
             if messages[0]["role"] in ["system", "developer"]:
-                out.append_content(jinja.trim(messages[0]["content"]), messages[0])
+                out.append_content(jinja.trim(messages[0]["content"]))
                 loop_messages = messages[1:]
             # L193: {% if %}
             if tools:
@@ -367,7 +367,7 @@ class Gemma4Renderer(GeneratedRenderer):
                 else:
                     add_comma = True
                 parts_.append('type:<|"|>' + jinja.upper(jinja.getitem(value, "type")) + '<|"|>}')
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_format_function_declaration(self, tool_data=jinja.Undefined("tool_data")):
@@ -413,7 +413,7 @@ class Gemma4Renderer(GeneratedRenderer):
             if jinja.upper(response_declaration["type"]) == "OBJECT":
                 parts_.append('type:<|"|>' + jinja.upper(response_declaration["type"]) + '<|"|>}')
         parts_.append("}")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_format_argument(self, argument=jinja.Undefined("argument"), escape_keys=True):
@@ -452,7 +452,7 @@ class Gemma4Renderer(GeneratedRenderer):
             parts_.append("]")
         else:
             parts_.append(str(argument))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_strip_thinking(self, text=jinja.Undefined("text")):
@@ -467,7 +467,7 @@ class Gemma4Renderer(GeneratedRenderer):
             else:
                 ns.result = ns.result + part
         parts_.append(jinja.trim(ns.result))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_format_tool_response_block(
@@ -492,4 +492,4 @@ class Gemma4Renderer(GeneratedRenderer):
                 "response:" + tool_name + "{value:" + self.macro_format_argument(response, escape_keys=False) + "}"
             )
         parts_.append("<tool_response|>")
-        return "".join(parts_)
+        return jinja.concat(parts_)

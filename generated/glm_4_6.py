@@ -110,7 +110,7 @@ class Glm46Renderer(GeneratedRenderer):
                     parts_.append(item)
         else:
             parts_.append(str(content))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_user(self, out, m, enable_thinking):
         """The template's user branch of the message loop (lines 45-47)."""

@@ -94,7 +94,7 @@ class GptOssRenderer(GeneratedRenderer):
             # L220: {% if %}
             if tools:
                 parts_.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
-            return "".join(parts_)
+            return jinja.concat(parts_)
 
         out.append("<|start|>system<|message|>" + macro_build_system_message() + "<|end|>")
         # L234: {% if %}
@@ -109,7 +109,9 @@ class GptOssRenderer(GeneratedRenderer):
             out.append("<|start|>developer<|message|>")
             # L245: {% if %}
             if developer_message:
-                out.append("# Instructions\n\n" + str(developer_message) + "\n\n")
+                out.append("# Instructions\n\n")
+                out.append_content(str(developer_message))
+                out.append("\n\n")
             # L250: {% if %}
             if tools:
                 out.append("# Tools\n\n" + self.macro_render_tool_namespace("functions", tools))
@@ -254,7 +256,7 @@ class GptOssRenderer(GeneratedRenderer):
                 parts_.append("object")
         else:
             parts_.append("any")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_render_tool_namespace(
@@ -298,7 +300,7 @@ class GptOssRenderer(GeneratedRenderer):
             else:
                 parts_.append("() => any;\n\n")
         parts_.append("} // namespace " + namespace_name)
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_render_builtin_tools(
@@ -316,7 +318,7 @@ class GptOssRenderer(GeneratedRenderer):
             parts_.append(
                 "## python\n\nUse this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\nWhen you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
             )
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_assistant(self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt):
         """The template's assistant branch of the message loop (lines 261-315)."""

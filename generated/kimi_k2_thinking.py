@@ -108,7 +108,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
                     parts_.append("<|media_start|>image<|media_content|><|media_pad|><|media_end|>\n")
                 else:
                     parts_.append(str(jinja.getitem(content, "text")))
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_set_roles(self, message=jinja.Undefined("message")):
@@ -122,7 +122,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
             parts_.append("<|im_assistant|>" + str(role_name) + "<|im_middle|>")
         else:
             parts_.append("<|im_system|>" + str(role_name) + "<|im_middle|>")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_render_toolcalls(self, message=jinja.Undefined("message")):
@@ -140,7 +140,7 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
                 parts_.append(jinja.tojson(tool_call["function"]["arguments"]))
             parts_.append("<|tool_call_end|>")
         parts_.append("<|tool_calls_section_end|>")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_assistant(self, out, message):
         """The template's assistant branch of the message loop (lines 61-64)."""

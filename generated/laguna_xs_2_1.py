@@ -68,7 +68,8 @@ class LagunaXs21Renderer(LagunaXs2Renderer):
             out.append("<system>\n")
             # L17: {% if %}
             if system_message and system_message.strip():
-                out.append("\n" + str(system_message.rstrip()))
+                out.append("\n")
+                out.append_content(str(system_message.rstrip()))
             # L22: {% if %}
             if tools:
                 out.append("\n\n### Tools\n\n")

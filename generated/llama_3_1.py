@@ -88,7 +88,8 @@ class Llama31Renderer(GeneratedRenderer):
             # L37: {% for %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
-        out.append(str(system_message) + "<|eot_id|>")
+        out.append_content(str(system_message))
+        out.append("<|eot_id|>")
         # L46: {% if %}
         if tools_in_user_message and tools is not None:
             # L48: {% if %}
@@ -105,7 +106,8 @@ class Llama31Renderer(GeneratedRenderer):
             # L59: {% for %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
-            out.append(first_user_message + "<|eot_id|>")
+            out.append_content(first_user_message)
+            out.append("<|eot_id|>")
         # L66: {% for %}
         for message_index, message in out.message_loop(messages, state=(builtin_tools,)):
             out.mark_message(message)

@@ -83,7 +83,8 @@ class Llama32Renderer(GeneratedRenderer):
             # L38: {% for %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
-        out.append(str(system_message) + "<|eot_id|>")
+        out.append_content(str(system_message))
+        out.append("<|eot_id|>")
         # L47: {% if %}
         if tools_in_user_message and tools is not None:
             # L49: {% if %}
@@ -100,7 +101,8 @@ class Llama32Renderer(GeneratedRenderer):
             # L60: {% for %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
-            out.append(first_user_message + "<|eot_id|>")
+            out.append_content(first_user_message)
+            out.append("<|eot_id|>")
         # L67: {% for %}
         for message_index, message in out.message_loop(messages):
             out.mark_message(message)

@@ -80,7 +80,7 @@ class MinimaxM2Renderer(Glm46Renderer):
             # L41: {% if %}
             if system_message and jinja.getattribute(system_message, "current_location"):
                 parts_.append("\nCurrent location: " + jinja.getattribute(system_message, "current_location"))
-            return "".join(parts_)
+            return jinja.concat(parts_)
 
         system_message = None
         conversation_messages = messages
@@ -135,7 +135,7 @@ class MinimaxM2Renderer(Glm46Renderer):
         # L6: {% for %}
         for tool in tool_list:
             parts_.append("<tool>" + jinja.tojson(tool["function"], ensure_ascii=False) + "</tool>\n")
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_assistant(
         self, out, message, message_index, ns, toolcall_begin_token, toolcall_end_token, last_tool_call

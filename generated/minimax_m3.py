@@ -86,7 +86,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
                 parts_.append("true" if value else "false")
             elif value is not None:
                 parts_.append(str(value))
-            return "".join(parts_)
+            return jinja.concat(parts_)
 
         ns = jinja.Namespace(identity=default_identity, developer="", root=False)
         # L65: {% if %}
@@ -106,10 +106,10 @@ class MinimaxM3Renderer(GeneratedRenderer):
         # L79: {% if %}
         if not ns.developer:
             ns.developer = default_developer
+        out.append("]~!b[]~b]system\n")
+        out.append_content(str(ns.identity))
         out.append(
-            "]~!b[]~b]system\n"
-            + str(ns.identity)
-            + "\n\n<thinking_instructions>\nYou have a thinking capability that allows you to reason step by step before responding. When thinking is enabled, wrap your reasoning in <mm:think></mm:think> tags before your response. When thinking is disabled, begin your response directly after the </mm:think> prefix. When thinking is adaptive, decide on your own whether to think for the current turn.\n"
+            "\n\n<thinking_instructions>\nYou have a thinking capability that allows you to reason step by step before responding. When thinking is enabled, wrap your reasoning in <mm:think></mm:think> tags before your response. When thinking is disabled, begin your response directly after the </mm:think> prefix. When thinking is adaptive, decide on your own whether to think for the current turn.\n"
         )
         # L85: {% if %}
         if thinking_mode == "enabled":
@@ -122,7 +122,8 @@ class MinimaxM3Renderer(GeneratedRenderer):
             out.append(
                 "Current thinking mode: adaptive. You are encouraged to think for complex decision-making, multi-step reasoning, or when analyzing function/tool results.\n"
             )
-        out.append("</thinking_instructions>[e~[\n]~b]developer\n" + str(ns.developer))
+        out.append("</thinking_instructions>[e~[\n]~b]developer\n")
+        out.append_content(str(ns.developer))
         # L95: {% if %}
         if tools:
             out.append(
@@ -283,4 +284,4 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     parts_.append("]<]video[>[")
         elif jinja.is_defined(content) and content is not None:
             parts_.append(str(content))
-        return "".join(parts_)
+        return jinja.concat(parts_)

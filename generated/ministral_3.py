@@ -53,7 +53,7 @@ class Ministral3Renderer(GeneratedRenderer):
             out.append("[SYSTEM_PROMPT]")
             # L11: {% if %}
             if isinstance(messages[0]["content"], str):
-                out.append_content(str(messages[0]["content"]), messages[0])
+                out.append_content(str(messages[0]["content"]))
             else:
                 # L14: {% for %}
                 for block in messages[0]["content"]:
@@ -61,7 +61,9 @@ class Ministral3Renderer(GeneratedRenderer):
                     if jinja.getitem(block, "type") == "text":
                         out.append(str(jinja.getitem(block, "text")))
                     elif jinja.getitem(block, "type") == "thinking":
-                        out.append("[THINK]" + jinja.getitem(block, "thinking") + "[/THINK]")
+                        out.append("[THINK]")
+                        out.append_content(jinja.getitem(block, "thinking"))
+                        out.append("[/THINK]")
                     else:
                         raise jinja.TemplateError(
                             "Only text and thinking chunks are supported in system message contents."

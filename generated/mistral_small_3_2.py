@@ -89,7 +89,9 @@ class MistralSmall32Renderer(GeneratedRenderer):
                     )
                 ns.index = ns.index + 1
         out.mark_scaffold()
-        out.append("[SYSTEM_PROMPT]" + system_prompt + "[/SYSTEM_PROMPT]")
+        out.append("[SYSTEM_PROMPT]")
+        out.append_content(system_prompt)
+        out.append("[/SYSTEM_PROMPT]")
         # L60: {% for %}
         for message_index, message in out.message_loop(loop_messages, state=(tools, user_messages, eos_token)):
             out.mark_message(message)

@@ -83,7 +83,8 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                 ns.last_user_idx = m_index
         # L40: {% if %}
         if jinja.is_defined(system_message):
-            out.append("<|im_start|>system\n" + system_message)
+            out.append("<|im_start|>system\n")
+            out.append_content(system_message)
         else:
             # L43: {% if %}
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:
@@ -226,7 +227,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                         + str(json_key)
                         + ">"
                     )
-        return "".join(parts_)
+        return jinja.concat(parts_)
 
     def render_assistant(self, out, message, message_index, truncate_history_thinking, ns):
         """The template's assistant branch of the message loop (lines 105-172)."""

@@ -76,7 +76,8 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
                 .replace("/no_think", "")
                 .strip()
             )
-            out.append("<SPECIAL_10>System\n" + ns.non_tool_system_content)
+            out.append("<SPECIAL_10>System\n")
+            out.append_content(ns.non_tool_system_content)
         # L23: {% if %}
         if tools:
             # L24: {% if %}

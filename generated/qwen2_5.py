@@ -54,7 +54,7 @@ class Qwen25Renderer(GeneratedRenderer):
             out.append("<|im_start|>system\n")
             # L3: {% if %}
             if messages[0]["role"] == "system":
-                out.append_content(str(messages[0]["content"]), messages[0])
+                out.append_content(str(messages[0]["content"]))
             else:
                 out.append("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
             out.append(
@@ -70,7 +70,7 @@ class Qwen25Renderer(GeneratedRenderer):
             # L15: {% if %}
             if messages[0]["role"] == "system":
                 out.append("<|im_start|>system\n")
-                out.append_content(messages[0]["content"], messages[0])
+                out.append_content(messages[0]["content"])
                 out.append("<|im_end|>\n")
             else:
                 out.append(

@@ -59,7 +59,7 @@ class Qwen3Renderer(GeneratedRenderer):
             out.append("<|im_start|>system\n")
             # L3: {% if %}
             if messages[0]["role"] == "system":
-                out.append_content(messages[0]["content"], messages[0])
+                out.append_content(messages[0]["content"])
                 out.append("\n\n")
             out.append(
                 "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
@@ -74,7 +74,7 @@ class Qwen3Renderer(GeneratedRenderer):
             # L13: {% if %}
             if messages[0]["role"] == "system":
                 out.append("<|im_start|>system\n")
-                out.append_content(messages[0]["content"], messages[0])
+                out.append_content(messages[0]["content"])
                 out.append("<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
         # L18: {% for %}

@@ -105,7 +105,7 @@ class Qwen35Renderer(GeneratedRenderer):
                 pass
             else:
                 raise jinja.TemplateError("Unexpected content type.")
-            return "".join(parts_)
+            return jinja.concat(parts_)
 
         # L42: {% if %}
         if not messages:
@@ -124,13 +124,16 @@ class Qwen35Renderer(GeneratedRenderer):
                 content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 # L56: {% if %}
                 if content:
-                    out.append("\n\n" + content)
+                    out.append("\n\n")
+                    out.append_content(content)
             out.append("<|im_end|>\n")
         else:
             # L62: {% if %}
             if messages[0]["role"] == "system":
                 content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
-                out.append("<|im_start|>system\n" + content + "<|im_end|>\n")
+                out.append("<|im_start|>system\n")
+                out.append_content(content)
+                out.append("<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
         # L68: {% for %}
         for message_index, message in enumerate(messages[::-1]):

@@ -65,7 +65,8 @@ class Qwen3CoderRenderer(NvidiaNemotron3NanoRenderer):
             tools = []
         # L24: {% if %}
         if jinja.is_defined(system_message):
-            out.append("<|im_start|>system\n" + system_message)
+            out.append("<|im_start|>system\n")
+            out.append_content(system_message)
         else:
             # L27: {% if %}
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:

@@ -58,7 +58,7 @@ class QwqRenderer(Qwen3Renderer):
             out.append("<|im_start|>system\n")
             # L3: {% if %}
             if messages[0]["role"] == "system":
-                out.append_content(str(messages[0]["content"]), messages[0])
+                out.append_content(str(messages[0]["content"]))
             out.append(
                 "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
             )
@@ -72,7 +72,7 @@ class QwqRenderer(Qwen3Renderer):
             # L15: {% if %}
             if messages[0]["role"] == "system":
                 out.append("<|im_start|>system\n")
-                out.append_content(messages[0]["content"], messages[0])
+                out.append_content(messages[0]["content"])
                 out.append("<|im_end|>\n")
         # L19: {% for %}
         for message_index, message in out.message_loop(messages, lookahead=1):

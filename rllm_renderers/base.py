@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Iterable, NamedTuple
 
 from . import template_runtime as jinja
 from .bridge import RETENTION_POLICIES, bridge_turn
+from .caller_text import CallerText, caller_data
 from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
@@ -279,10 +280,13 @@ class GeneratedRenderer(ABC):
         function = {**function, "arguments": converted}
         return {**call, "function": function} if "function" in call else function
 
-    def template_inputs(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
-        """What transformers hands the template: None-valued keys dropped, reasoning aliased."""
+    def template_inputs(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, marked: bool = True
+    ) -> tuple[list, Any]:
+        """What transformers hands the template: None-valued keys dropped, reasoning aliased
+        (``marked``: see :meth:`template_messages`)."""
         template_tools = self.template_tools(tools)
-        return self.template_messages(messages), template_tools
+        return self.template_messages(messages, marked=marked), template_tools
 
     @staticmethod
     def template_tools(tools: list[ToolSpec] | None) -> Any:
@@ -290,9 +294,15 @@ class GeneratedRenderer(ABC):
         check_tools(tools)
         return jinja.template_tools(tools)
 
-    def template_messages(self, messages: list[Message], first_index: int = 0) -> list:
+    def template_messages(self, messages: list[Message], first_index: int = 0, *, marked: bool = True) -> list:
         """The messages as the template sees them, normalized (errors name the message by its index,
-        counted from ``first_index``)."""
+        counted from ``first_index``).
+
+        ``marked``: every string of a message but its role is caller text
+        (:mod:`rllm_renderers.caller_text`), so that the render says where the template wrote it
+        (attribution, the control-token-safe mode). A render whose text is all that is asked for
+        (``render_text``, ``render_ids`` of a renderer without that mode) leaves it out: the same
+        text, without the cost of carrying the marks."""
         _check_message_list(messages)
         template_message, template_str, roles = jinja.template_message, jinja.TemplateStr, self.ROLES
         prepared = []
@@ -302,10 +312,12 @@ class GeneratedRenderer(ABC):
                 role, content = message.get("role"), message.get("content")
                 if type(role) is str and type(content) is str and (not roles or role in roles):
                     wrapped = jinja.TemplateDict(message)  # (keeps the caller's key order)
-                    wrapped["role"], wrapped["content"] = template_str(role), template_str(content)
+                    wrapped["role"] = template_str(role)
+                    wrapped["content"] = CallerText(content) if marked else template_str(content)
                     prepared.append(wrapped)
                     continue
-            prepared.append(template_message(self._normalize_message(message, first_index + index), REASONING_FIELDS))
+            message = self._normalize_message(message, first_index + index)
+            prepared.append(template_message(caller_data(message) if marked else message, REASONING_FIELDS))
         return jinja.TemplateList(prepared)
 
     # --- rendering ------------------------------------------------------------------
@@ -317,14 +329,16 @@ class GeneratedRenderer(ABC):
         """The translated template (each generated subclass defines it)."""
 
     def _render_output(
-        self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool
+        self, messages: list[Message], tools: list[ToolSpec] | None, add_generation_prompt: bool, *, marked: bool = True
     ) -> RenderOutput:
-        return self._run_template(*self._template_history(messages, tools), add_generation_prompt)
+        return self._run_template(*self._template_history(messages, tools, marked=marked), add_generation_prompt)
 
-    def _template_history(self, messages: list[Message], tools: list[ToolSpec] | None) -> tuple[list, Any]:
+    def _template_history(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, marked: bool = True
+    ) -> tuple[list, Any]:
         if not messages:
             raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        return self.template_inputs(messages, tools)
+        return self.template_inputs(messages, tools, marked=marked)
 
     def _run_template(
         self,
@@ -363,7 +377,7 @@ class GeneratedRenderer(ABC):
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
     ) -> str:
         """The chat template's text for these messages."""
-        return self._render_output(messages, tools, add_generation_prompt).text()
+        return self._render_output(messages, tools, add_generation_prompt, marked=False).text()
 
     @property
     def encoder(self):
@@ -399,7 +413,9 @@ class GeneratedRenderer(ABC):
         Unless built with ``control_token_safe``: then the content of messages of those roles is
         encoded as plain text (see :func:`_plain_content_roles`).
         """
-        template_messages, template_tools = self._template_history(messages, tools)
+        # the safe mode needs to know where caller text is written; parity needs the text alone
+        marked = bool(self.plain_content_roles)
+        template_messages, template_tools = self._template_history(messages, tools, marked=marked)
         # a prompt with the generation prompt is one the bridge may be asked to go on from
         record = add_generation_prompt and self.bridging
         out = self._run_template(template_messages, template_tools, add_generation_prompt, record=record)
@@ -424,7 +440,7 @@ class GeneratedRenderer(ABC):
         text = out.text()
         part_starts = out.part_starts()
         spans = out.message_spans(part_starts)
-        plain = self._plain_ranges(out, text, messages, spans) if self.plain_content_roles else None
+        plain = self._plain_ranges(out, text, messages) if self.plain_content_roles else None
         try:
             token_ids, offsets = self.encoder.encode_with_offsets(text, plain_ranges=plain)
         except (UnicodeEncodeError, TypeError) as exc:  # text no tokenizer encodes: say where it is
@@ -435,7 +451,7 @@ class GeneratedRenderer(ABC):
         return self._result(
             RenderedTokens(
                 token_ids=token_ids,
-                message_indices=span_values(offsets, spans),
+                message_indices=span_values(offsets, out.attributed_spans(part_starts)),
                 sampled_mask=inside_ranges(offsets, sampled_ranges),
                 is_content=inside_ranges(offsets, out.content_ranges(part_starts)),
                 message_roles=[message.get("role", "") for message in messages],
@@ -478,31 +494,15 @@ class GeneratedRenderer(ABC):
     def _plain_ranges(
         self, out: RenderOutput, text: str, messages: list[Message], spans: list[tuple[int, int]] | None = None
     ) -> list[tuple[int, int]]:
-        """Character ranges of the content of messages whose role is in ``plain_content_roles``,
-        from the translator's content marks (``out.content_ranges()``)."""
-        spans = out.message_spans() if spans is None else spans
-        message_ranges = self._message_ranges(text, spans)
+        """Character ranges of the caller text (content, content parts, reasoning, names, tool calls)
+        of messages whose role is in ``plain_content_roles``, wherever the template wrote it
+        (``out.caller_ranges()``). ``text`` and ``spans`` are not needed (kept for callers)."""
         roles = self.plain_content_roles
-        chosen = {index for index, message in enumerate(messages) if message.get("role") in roles}
-        # A message the template renders outside its message loop (a system prompt taken from
-        # messages[0]) has no span of its own: its content is recognised by its text.
-        unmarked = {
-            messages[index]["content"]
-            for index in chosen
-            if index not in message_ranges and isinstance(messages[index].get("content"), str)
-        }
-        starts = [start for start, _ in spans]
-        ranges = []
-        for low, high in out.content_ranges():
-            index = spans[bisect.bisect_right(starts, low) - 1][1]
-            if (index >= 0 and index in chosen) or (index < 0 and text[low:high] in unmarked):
-                ranges.append((low, high))
-                unmarked.discard(text[low:high])
-        for content in unmarked:  # written through a template variable, unmarked: found by its text
-            at = text.find(content) if content else -1
-            if at >= 0:
-                ranges.append((at, at + len(content)))
-        return ranges
+        return [
+            (low, high)
+            for low, high, index in out.caller_ranges()
+            if index >= 0 and index < len(messages) and messages[index].get("role") in roles
+        ]
 
     # --- facts used by the parser and the bridge --------------------------------------
 

@@ -132,7 +132,7 @@ class Reader:
         if self.runs > RUN_BUDGET:
             raise Unrecoverable(f"budget: more than {RUN_BUDGET} template runs")
         try:
-            inputs = self.renderer.template_messages(messages)
+            inputs = self.renderer.template_messages(messages, marked=False)  # (its text is all that is read)
             return self.renderer._run_template(inputs, self.template_tools, add_generation_prompt)
         except ValueError:  # the template refuses this candidate
             return None

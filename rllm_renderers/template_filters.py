@@ -37,6 +37,8 @@ from typing import Any, Callable, NamedTuple
 from markupsafe import Markup
 from markupsafe import escape as _markup_escape
 
+from .caller_text import CallerText, MarkedText, json_with_marks, marked_join
+from .caller_text import mark_safe as marked_safe
 from .template_tests import TESTS
 from .template_values import (
     TemplateDict,
@@ -265,7 +267,7 @@ def mark_safe(value: Any) -> Markup:
 
     It matters: ``"<" + markup`` escapes the plain operand, exactly as in Jinja.
     """
-    return Markup(value)
+    return marked_safe(value)
 
 
 def _url_quote(value: Any, for_query: bool = False) -> str:
@@ -336,7 +338,8 @@ def tojson(
     """transformers' ``tojson``: ``json.dumps`` without HTML escaping, non-ASCII kept by default."""
     kind = type(value)
     if kind is not TemplateDict and kind is not TemplateList:
-        return _json_text(value, ensure_ascii, indent, separators, sort_keys)
+        text = _json_text(value, ensure_ascii, indent, separators, sort_keys)
+        return json_with_marks(value, text, ensure_ascii, indent, separators, sort_keys) if kind is not str else text
     # The template's own copies of the input (template_data) never change: the bridge renders the
     # same converted history turn after turn, so their text is remembered by identity.
     options = (ensure_ascii, indent, separators, sort_keys)
@@ -344,6 +347,8 @@ def tojson(
     if remembered is not None and remembered[0] is value and remembered[1] == options:
         return remembered[2]
     text = _json_text(value, ensure_ascii, indent, separators, sort_keys)
+    # a message's strings keep their marks in the JSON (the arguments of a tool call)
+    text = json_with_marks(value, text, ensure_ascii, indent, separators, sort_keys)
     if len(_JSON_OF_WRAPPED) >= _JSON_REMEMBERED:
         _JSON_OF_WRAPPED.clear()
     _JSON_OF_WRAPPED[id(value)] = (value, options, text)  # (the value is held: its id is not reused)
@@ -368,7 +373,7 @@ class _NotPlainJson(Exception):
     """A value ``_indented_json`` leaves to ``json.dumps``."""
 
 
-_JSON_STRINGS = (str, TemplateStr)
+_JSON_STRINGS = (str, TemplateStr, CallerText, MarkedText)
 _JSON_OBJECTS = (dict, TemplateDict)
 _JSON_ARRAYS = (list, TemplateList, tuple)
 _JSON_DEPTH = 64  # deeper (or circular) data goes to json.dumps, which refuses a cycle
@@ -607,7 +612,7 @@ def join(value: Any, separator: Any = "", attribute: Any = None) -> str:
     """``value | join(separator, attribute)`` (a plain str: autoescape is off)."""
     if attribute is not None:
         value = map(attribute_getter(attribute), value)
-    return str(separator).join(map(str, value))
+    return marked_join(str(separator), list(map(str, value)))
 
 
 def reverse(value: Any) -> Any:

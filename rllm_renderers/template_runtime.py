@@ -54,6 +54,7 @@ from .template_values import *  # noqa: F401,F403
 from .template_values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
 from .template_values import __all__ as _VALUE_NAMES
 from .frozen_inputs import memoized_macro, template_tools  # noqa: F401  (generated code and base call them)
+from .caller_text import MARKED_TYPES, marked_join
 
 __all__ = [
     *_VALUE_NAMES,
@@ -71,7 +72,15 @@ __all__ = [
     "new_dict",
     "Cycler",
     "Joiner",
+    "concat",
 ]
+
+
+def concat(parts: list) -> str:
+    """``"".join(parts)`` of what a macro or ``{% set %}`` block wrote, caller text keeping its marks
+    (:mod:`rllm_renderers.caller_text`)."""
+    text = "".join(parts)
+    return text if MARKED_TYPES.isdisjoint(map(type, parts)) else marked_join("", parts)
 
 
 # --- globals -------------------------------------------------------------------------

@@ -280,8 +280,8 @@ def template_data(value: Any) -> Any:
         return TemplateDict({key: template_data(item) for key, item in value.items()})
     if isinstance(value, (list, tuple)):
         return TemplateList([template_data(item) for item in value])
-    if isinstance(value, str):
-        return TemplateStr(value)
+    if isinstance(value, str):  # a TemplateStr subclass (caller text) stays what it is
+        return value if isinstance(value, TemplateStr) else TemplateStr(value)
     return value
 
 

@@ -140,3 +140,72 @@ def test_bridge_encodes_new_safe_content_as_render_ids_does(family):
     new = range(len(prompt) + len(completion), len(expected))
     assert any(bridged.is_content[position] for position in new)
     assert len(bridged.is_content) == len(bridged.token_ids)
+
+
+# --- every checked-in renderer, every field that carries caller text ---------------------------
+
+from compiler.attribution import actual_marks, attribution_mismatch, needle_conversation  # noqa: E402
+from tests.families import ALL_FAMILIES, ALL_FAMILY_IDS  # noqa: E402
+from tests.test_attribution import SHAPES, TOOLS, _stop_token  # noqa: E402
+
+from markupsafe import escape  # noqa: E402
+
+EVERY_ROLE = {"system", "developer", "user", "assistant", "tool"}
+
+
+def _forged(value, token: str, owners: dict[str, int], index: int | None = None):
+    """Every needle of a needle conversation with ``token`` forged inside it (``owners`` learns the new strings)."""
+    if isinstance(value, dict):
+        return {key: _forged(item, token, owners, index) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_forged(item, token, owners, index) for item in value]
+    if isinstance(value, str) and value in owners:
+        forged = f"{value}{token}Zz"
+        owners[forged] = owners[value]
+        owners[str(escape(forged))] = owners[value]  # as a template writes it before a `| safe` value
+        return forged
+    return value
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES, ids=ALL_FAMILY_IDS)
+def test_safe_mode_holds_in_every_field_of_every_family(family):
+    """With every role safe, a stop token forged inside any caller string (content, content parts,
+    reasoning, tool results, tool-call names and arguments, names, call ids) is plain text: no added
+    token starts inside caller text, and render() marks all of it as its message's content."""
+    tokenizer = family.load_tokenizer()
+    safe = family.renderer_class(tokenizer, control_token_safe=EVERY_ROLE)
+    stop = _stop_token(safe)
+    added_ids = {safe.encoder.token_id(token) for token in safe.encoder.added_token_strings}
+    checked = forged_fields = 0
+    for shape in SHAPES:
+        for tools in (None, TOOLS):
+            needled, owners = needle_conversation(shape)
+            messages = _forged(needled, stop, owners)
+            try:
+                text = safe.render_text(messages, tools=tools, add_generation_prompt=True)
+            except ValueError:
+                continue
+            output = safe._render_output(messages, tools, True)
+            ranges = output.caller_ranges()
+            # the forged strings are attributed exactly (each whole, to its message)
+            problem = attribution_mismatch(text, ranges, owners)
+            assert problem is None, f"{family.module}: {problem}"
+            ids = safe.render_ids(messages, tools=tools, add_generation_prompt=True)
+            rendered = safe.render(messages, tools=tools, add_generation_prompt=True)
+            assert rendered.token_ids == ids
+            _, offsets = safe.encoder.encode_with_offsets(text, plain_ranges=[(low, high) for low, high, _ in ranges])
+            marks = actual_marks(ranges)
+            for position, offset in enumerate(offsets):
+                if offset in marks:
+                    assert ids[position] not in added_ids, (family.module, text[offset : offset + 30])
+                    assert rendered.is_content[position] and rendered.message_indices[position] == marks[offset]
+            forged_fields += text.count(stop + "Zz")
+            checked += 1
+    assert checked > 0 and forged_fields > 0, family.module
+    # off (the default), the same forgeries are the control token: the mode is what made them plain
+    parity = family.renderer_class(tokenizer)
+    needled, owners = needle_conversation(SHAPES[1])
+    messages = _forged(needled, stop, owners)
+    assert parity.render_ids(messages, add_generation_prompt=True).count(safe.encoder.token_id(stop)) > safe.render_ids(
+        messages, add_generation_prompt=True
+    ).count(safe.encoder.token_id(stop))

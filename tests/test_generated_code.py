@@ -103,11 +103,13 @@ def test_content_written_outside_the_message_loop_is_attributed_to_its_message(t
     out = renderer._render_output(messages, None, False)
     text = out.text()
     assert text == "<sys>Stay terse.</sys><user>Hi."
-    spans = out.message_spans()
-    owner = {start: index for start, index in spans}
     assert [text[low:high] for low, high in out.content_ranges()] == ["Stay terse.", "Hi."]
+    assert [(text[low:high], index) for low, high, index in out.caller_ranges()] == [("Stay terse.", 0), ("Hi.", 1)]
+    # the loop's marks leave the system prompt outside any message; attribution gives it to message 0
+    spans = out.attributed_spans()
     system_start = text.index("Stay")
-    assert max((start for start in owner if start <= system_start)) in {s for s, i in spans if i == 0}
+    assert [index for start, index in spans if start <= system_start][-1] == 0
+    assert [index for start, index in spans if start <= system_start + len("Stay terse.")][-1] == -1  # `</sys>`
 
 
 TINY = (

@@ -830,13 +830,18 @@ def test_template_inputs_fast_path_is_the_general_conversion(messages):
     from rllm_renderers.base import REASONING_FIELDS
     from rllm_renderers.generated.qwen3 import Qwen3Renderer
 
+    from rllm_renderers.caller_text import caller_data
+
     renderer = Qwen3Renderer(None)
     try:
-        expected = [jinja.template_message(message, REASONING_FIELDS) for message in renderer.normalize_messages(messages)]
+        normalized = renderer.normalize_messages(messages)
     except ValueError as refusal:
         with pytest.raises(ValueError) as raised:
             renderer.template_inputs(messages, None)
         assert str(raised.value) == str(refusal)
         return
-    got, _ = renderer.template_inputs(messages, None)
-    assert _wrapped_shape(list(got)) == _wrapped_shape(expected)
+    # with the caller-text marks (attribution) and without them (a render whose text is all that is asked for)
+    for marked in (True, False):
+        expected = [jinja.template_message(caller_data(m) if marked else m, REASONING_FIELDS) for m in normalized]
+        got, _ = renderer.template_inputs(messages, None, marked=marked)
+        assert _wrapped_shape(list(got)) == _wrapped_shape(expected)

@@ -118,7 +118,7 @@ def block_key(body: list[ir.Stmt]) -> tuple:
                 fields.append(ast.dump(value))
             elif isinstance(value, list) and value and isinstance(value[0], ir.Piece):
                 fields.append(
-                    tuple((ast.dump(piece.value), piece.content, piece.owner and ast.dump(piece.owner)) for piece in value)
+                    tuple((ast.dump(piece.value), piece.content) for piece in value)
                 )
             elif isinstance(value, list) and all(not isinstance(item, ast.AST) for item in value):
                 fields.append(block_key(value) if value and not isinstance(value[0], ir.Parameter) else repr(value))

@@ -70,10 +70,7 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
             if plain:
                 lines.append(f"{pad}{statement.output}.append({unparse(concatenation(plain))})")
                 plain = []
-            if piece is not None and piece.owner is not None:
-                owner = unparse(piece.owner)
-                lines.append(f"{pad}{statement.output}.append_content({unparse(piece.value)}, {owner})")
-            elif piece is not None:
+            if piece is not None:
                 lines.append(f"{pad}{statement.output}.append_content({unparse(piece.value)})")
         return lines
     if isinstance(statement, ir.Assign):

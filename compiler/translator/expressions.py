@@ -471,8 +471,8 @@ def undefined(variable: str) -> ast.expr:
 
 
 def joined(parts: str) -> ast.expr:
-    """``"".join(parts)``."""
-    return ast.Call(func=attribute(const(""), "join"), args=[name(parts)], keywords=[])
+    """``jinja.concat(parts)``: ``"".join(parts)`` keeping the marks of caller text in them."""
+    return call("jinja.concat", name(parts))
 
 
 def is_raise_exception(node: nodes.Node) -> bool:

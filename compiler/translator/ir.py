@@ -23,11 +23,11 @@ class Comment:
 
 @dataclass
 class Piece:
-    """One operand of an output concatenation; ``content`` when it writes message content."""
+    """One operand of an output concatenation; ``content`` when it writes message content (appended on
+    its own, not concatenated: its caller-text marks then need no concatenation to travel)."""
 
     value: ast.expr
     content: bool = False
-    owner: ast.expr | None = None  # the message it is content of, when written outside the message loop
 
 
 @dataclass

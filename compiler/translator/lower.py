@@ -266,11 +266,7 @@ class Lowering(ExpressionLowering, ValueKinds):
             # A lone string piece needs no str() even when it may be a Markup: there is nothing to escape.
             lone = len(operands) == 1 and value.is_str
             piece = value.node if lone or raw else value.as_str()
-            owner = self.content_owner(child) if self.output == "out" else None
-            if owner is not None:  # messages[k].content: content of message k wherever it is written
-                pieces.append(Piece(piece, content=True, owner=self.expr(owner).node))
-                continue
-            content = self.output == "out" and self.marking_messages and self.is_content_node(child)
+            content = self.output == "out" and self.is_content_node(child)
             pieces.append(Piece(piece, content=content))
         if pieces:
             self.add(ir.Append(self.output, pieces))

@@ -1,0 +1,141 @@
+"""The attribution property: a message's own text is marked as its content, exactly, wherever it is written.
+
+``render()`` says per token which message it belongs to and whether it is that message's own text
+(``is_content``); the control-token-safe mode encodes exactly that text as plain text. Both rest on
+the caller-text marks of :mod:`rllm_renderers.caller_text`. This module checks them against the
+template's own text, independently of how the marks are made:
+
+* :func:`needle_conversation` replaces every string a message carries but its role and the
+  ``type`` of a part or call (content, content parts, reasoning, names, tool-call ids, names,
+  argument keys and values) by a *needle*: a short string of letters and digits that is unique in
+  the conversation, that no template transformation of a message's text changes (``strip``,
+  ``split`` on a marker, ``trim``), and that the template writes as it is. Call ids keep their
+  length (Mistral's templates check it) and stay paired: a tool message's ``tool_call_id`` is the
+  needle of the call it answers (Gemma-4 looks the call up by it), so an id's needle is the text
+  of each message that carries it, and written, it may be marked as either's. Empty strings stay
+  empty (templates test emptiness).
+* "Where the template writes a message's text" is then where its needles occur in the render;
+  :func:`attribution_mismatch` compares that, character by character, with the marks: every
+  character of a needle of message k is marked as caller text of message k; nothing else is
+  marked, except the JSON punctuation of tool-call arguments the template serialises (the JSON of
+  a call's arguments is the model's text, and is marked whole).
+
+``compiler verify`` runs it on the needle version of every generated conversation (so a template
+is covered when it is compiled); ``tests/test_attribution.py`` on every checked-in renderer, at the
+token level too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: What a template may write around argument needles when it serialises arguments as JSON.
+JSON_PUNCTUATION = frozenset('{}[]":, \n')
+#: Values kept as they are: templates dispatch on them.
+KEPT_FIELDS = ("role", "type")
+#: Fields holding a call id (its length is kept).
+ID_FIELDS = ("id", "tool_call_id")
+
+
+class Needles:
+    """Hands out needles, remembering whose each is (the set of message indices it may be marked as)."""
+
+    def __init__(self) -> None:
+        self.owner: dict[str, frozenset[int]] = {}
+        self.ids: dict[str, str] = {}  # a call id -> its needle (the same for the call and its result)
+
+    def text(self, message_index: int) -> str:
+        needle = f"Zq{message_index}x{len(self.owner)}Q"
+        self.owner[needle] = frozenset((message_index,))
+        return needle
+
+    def call_id(self, message_index: int, original: str) -> str:
+        needle = self.ids.get(original)
+        if needle is None:
+            serial, length = str(len(self.ids)), len(original)
+            needle = ("W" + serial + "w" * length)[:length] if length > len(serial) + 1 else original
+            self.ids[original] = needle
+        if needle != original:
+            self.owner[needle] = self.owner.get(needle, frozenset()) | {message_index}
+        return needle
+
+
+def needle_conversation(messages: list[dict]) -> tuple[list[dict], dict[str, frozenset[int]]]:
+    """``messages`` with every string of a message (but its role and the ``type`` fields) a needle;
+    and each needle's message indices (one, but for a call id)."""
+    needles = Needles()
+    converted = [_needled(message, index, needles, None) for index, message in enumerate(messages)]
+    return converted, needles.owner
+
+
+def _needled(value: Any, index: int, needles: Needles, key: Any, in_arguments: bool = False) -> Any:
+    """The needle version of ``value`` (the field ``key`` of message ``index``); inside tool-call
+    arguments keys and scalars too, so that their JSON is needles and punctuation only."""
+    if isinstance(value, dict):
+        result = {}
+        for field, item in value.items():
+            if field in KEPT_FIELDS and isinstance(item, str) and not in_arguments:
+                result[field] = item
+            elif field == "arguments" and isinstance(item, str) and not in_arguments:
+                result[field] = _needled_json(item, index, needles)
+            else:
+                name = needles.text(index) if in_arguments else field
+                result[name] = _needled(item, index, needles, field, in_arguments or field == "arguments")
+        return result
+    if isinstance(value, (list, tuple)):
+        return [_needled(item, index, needles, key, in_arguments) for item in value]
+    if isinstance(value, str) and value:
+        return needles.call_id(index, value) if key in ID_FIELDS and not in_arguments else needles.text(index)
+    if in_arguments and not isinstance(value, str):  # numbers, booleans, null: a needle too
+        return needles.text(index)
+    return value
+
+
+def _needled_json(text: str, index: int, needles: Needles) -> str:
+    """JSON-string arguments: the needle version of the data they hold, as JSON again."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return needles.text(index) if text else text
+    return json.dumps(_needled(data, index, needles, "arguments", True))
+
+
+def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, frozenset[int]]:
+    """Character offset -> the message indices it may be marked as, for every occurrence of every
+    needle in ``text``."""
+    marks: dict[int, frozenset[int]] = {}
+    for needle, index in owners.items():
+        at = text.find(needle)
+        while at >= 0:
+            for offset in range(at, at + len(needle)):
+                marks[offset] = index
+            at = text.find(needle, at + 1)
+    return marks
+
+
+def actual_marks(caller_ranges: list[tuple[int, int, int]]) -> dict[int, int]:
+    """Character offset -> message index, from ``RenderOutput.caller_ranges()``."""
+    return {offset: index for low, high, index in caller_ranges for offset in range(low, high)}
+
+
+def attribution_mismatch(
+    text: str, caller_ranges: list[tuple[int, int, int]], owners: dict[str, frozenset[int]]
+) -> str | None:
+    """None when the marks are exactly where the needles are (see the module docstring), else what differs."""
+    expected, actual = expected_marks(text, owners), actual_marks(caller_ranges)
+    for offset in sorted(expected):
+        if actual.get(offset) not in expected[offset]:
+            got = "unmarked" if offset not in actual else f"marked as message {actual[offset]}'s"
+            whose = " or ".join(map(str, sorted(expected[offset])))
+            return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {got}"
+    for offset in sorted(actual):
+        if offset not in expected and text[offset] not in JSON_PUNCTUATION:
+            return (
+                f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
+            )
+    return None
+
+
+def _around(text: str, offset: int) -> str:
+    return f"{text[max(0, offset - 20):offset]!r} >>{text[offset]!r}<< {text[offset + 1:offset + 20]!r}"
