@@ -9,8 +9,9 @@ python3 -m venv .venv
 # prime (renderers + httpx), tinker (CPU torch, the tinker SDK, Pillow), harmony (openai-harmony,
 # the gpt-oss oracle; it reads the o200k vocabulary derived from the corpus tokenizer, no download)
 # bench (tml-renderers, for benchmarks/bench_render.py) and prime-suite (pytest-asyncio, for
-# PrimeIntellect's own tests in scripts/prime_suite.sh), then tinker-cookbook itself without its
+# PrimeIntellect's own tests in scripts/prime_suite.sh), gateway (what rLLM's model gateway needs, for
+# tests/test_gateway_client.py), then tinker-cookbook itself without its
 # declared dependencies, which its renderers do not need.
-.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite]"
+.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite,gateway]"
 .venv/bin/python -m pip install --quiet --no-deps "tinker-cookbook==0.6.1"
 .venv/bin/python -c "import torch; torch.version.cuda and print('warning: a CUDA torch build was installed')"
