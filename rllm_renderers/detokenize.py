@@ -40,7 +40,7 @@ from itertools import accumulate
 from typing import Any
 
 from .fast_encoder import bytes_of_byte_level
-from .tokenization import _backend_of
+from .tokenization import _backend_of, added_tokens_of
 
 __all__ = ["Detokenizer", "DecodedIds", "detokenizer_for"]
 
@@ -163,7 +163,7 @@ def _probe(backend: Any, detokenizer: Detokenizer) -> str | None:
     difference."""
     halves = [backend.token_to_id(piece) for piece in ("Ã", "©")]  # the ByteLevel spellings of bytes C3, A9
     halves = [id_ for id_ in halves if id_ is not None]
-    added = sorted(backend.get_added_tokens_decoder())
+    added = sorted(added_tokens_of(backend))
     probes = [halves, halves[:1] + halves[:1] + halves[1:]]
     for id_ in added:
         probes.append(halves[:1] + [id_] + halves[1:] + [id_] + halves[:1])
