@@ -39,6 +39,7 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
 
+from . import forksafe
 from .fast_encoder import bytes_of_byte_level
 from .tokenization import _backend_of, added_tokens_of
 
@@ -177,6 +178,14 @@ def _probe(backend: Any, detokenizer: Detokenizer) -> str | None:
 
 _ATTRIBUTE = "_rllm_detokenizer"
 _lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+forksafe.in_child(_after_fork)
 
 
 def detokenizer_for(tokenizer: Any) -> tuple[Detokenizer | None, str]:
