@@ -4,12 +4,14 @@
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
 spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
-``span_bpe_for(backend)`` returns, under the same proof, the engine that runs fastest:
+``span_bpe_for(backend, engines)`` returns, under the same proof, the first of ``engines`` that can
+run: :class:`RankBpe` (tiktoken; the default, built in a fraction of the tokenizer's load time) or
 ``fastokens_spans.FastokensBpe`` (a Rust reimplementation of the library's encode path, given the
-tokenizer's own pre-tokenizer and merges; the proof is the condition for using it, as for tiktoken,
-and its ids are compared with the library's by the same differential tests), else :class:`RankBpe`.
-The proof's verdict and rank table are remembered per tokenizer content; fastokens never reads the
-rank table.
+tokenizer's own pre-tokenizer and merges, faster per render but slower to build and a second full
+tokenizer in memory; the proof is the condition for using it, as for tiktoken, and its ids are
+compared with the library's by the same differential tests).  The proof's verdict and rank table
+are remembered per tokenizer content (:mod:`rllm_renderers.proof_cache`, checked before use);
+fastokens never reads the rank table.
 
 What is proved, and how (the conditions checked, in order):
 

@@ -26,11 +26,13 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
 
    * ``"fastokens"`` or ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
      (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof is computed once per
-     tokenizer content and remembered).  fastokens (:mod:`rllm_renderers.fastokens_spans`) is
-     preferred: it runs every ``Split`` stage and the BPE in Rust and takes all spans of a text in
-     one call; tiktoken (the proved rank table) is next, where fastokens is not installed or cannot
-     load the tokenizer.  We then also do the second pass (normalized added tokens) ourselves; that
-     needs an identity normalizer when there are any.
+     tokenizer content and remembered).  tiktoken (the proved rank table) is the default: it is
+     built in a fraction of the tokenizer's own load time and holds a few MB.  fastokens
+     (:mod:`rllm_renderers.fastokens_spans`) runs every ``Split`` stage and the BPE in Rust and takes
+     all spans of a text in one call, several times faster per render, but building it takes longer
+     than loading the tokenizer and holds a second full tokenizer: it is used when asked for (or
+     where tiktoken is not installed).  We then also do the second pass (normalized added tokens)
+     ourselves; that needs an identity normalizer when there are any.
    * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
      Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
      a data loader padding with the same tokenizer in another thread would otherwise change our ids.
@@ -434,7 +436,7 @@ class TextEncoder:
     ``split_special_tokens`` setting is honoured) or a raw ``tokenizers.Tokenizer``.  Tokens added
     to the tokenizer after construction are not seen: build a new encoder then.
 
-    ``backend``: ``"auto"`` (fastokens, else tiktoken, where the proof holds; else HF ``tokenizers``),
+    ``backend``: ``"auto"`` (tiktoken, else fastokens, where the proof holds; else HF ``tokenizers``),
     ``"fastokens"``, ``"tiktoken"`` or ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice
     is in :attr:`backend`; why a fast engine was not chosen, or what it leaves out or to HF, in
     :attr:`backend_reason`.
