@@ -135,9 +135,9 @@ class GeneratedRenderer(ABC):
         """Build now whatever the first render, parse or bridge would build: the text encoder (its
         proof, engine and private backend copies), the byte table of the decoder and the stop ids.
 
-        The constructor does this when it is given a tokenizer (so is an unpickled renderer), so
-        an engine that builds its renderer off its event loop (in an executor or at start-up)
-        never has a render, parse or bridge build anything; calling it again costs nothing.
+        The constructor calls it when it is given a tokenizer, and so does unpickling.  So an engine
+        that builds its renderer off its event loop (at start-up or in an executor) never has a
+        render, parse or bridge build anything inside the loop.  Calling it again costs nothing.
         Returns the renderer.  Without a tokenizer there is nothing to build.
         """
         if self.tokenizer is not None:
