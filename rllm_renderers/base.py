@@ -137,6 +137,29 @@ class GeneratedRenderer(ABC):
         #: Whether the bridge was used: from then on a prompt's render keeps a checkpoint of its message
         #: loop for the next bridge (rllm_renderers.resume), which an engine that never bridges need not pay.
         self.bridging = False
+        self._warm_if_encodable()
+
+    def warm(self) -> GeneratedRenderer:
+        """Build now whatever the first render, parse or bridge would build: the text encoder (its
+        proof, engine and private backend copies), the byte table of the decoder and the stop ids.
+
+        The constructor calls it when it is given a tokenizer, and so does unpickling.  So an engine
+        that builds its renderer off its event loop (at start-up or in an executor) never has a
+        render, parse or bridge build anything inside the loop.  Calling it again costs nothing.
+        Returns the renderer.  Without a tokenizer there is nothing to build.
+        """
+        if self.tokenizer is not None:
+            self.encoder.warm(plain=bool(self.plain_content_roles))
+            self._parse_facts()
+        return self
+
+    def _warm_if_encodable(self) -> None:
+        """:meth:`warm`, for a tokenizer the encoder takes (a fast one); another (a slow tokenizer, a
+        stand-in) is refused where an encode is asked for, as before."""
+        from .tokenization import has_backend
+
+        if self.tokenizer is not None and has_backend(self.tokenizer):
+            self.warm()
 
     def _special_token_values(self, tokenizer: Any, given: dict[str, str]) -> dict[str, Any]:
         """The value of each special-token variable: baked ones checked against the tokenizer and
@@ -181,6 +204,10 @@ class GeneratedRenderer(ABC):
         state["_turn_opening"] = None
         state["prompt_histories"] = PromptHistories()
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._warm_if_encodable()
 
     # --- inputs ---------------------------------------------------------------------
 

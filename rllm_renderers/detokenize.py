@@ -39,8 +39,9 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
 
+from . import forksafe
 from .fast_encoder import bytes_of_byte_level
-from .tokenization import _backend_of
+from .tokenization import _backend_of, added_tokens_of
 
 __all__ = ["Detokenizer", "DecodedIds", "detokenizer_for"]
 
@@ -181,7 +182,7 @@ def _probe(backend: Any, detokenizer: Detokenizer) -> str | None:
     difference."""
     halves = [backend.token_to_id(piece) for piece in ("Ã", "©")]  # the ByteLevel spellings of bytes C3, A9
     halves = [id_ for id_ in halves if id_ is not None]
-    added = sorted(backend.get_added_tokens_decoder())
+    added = sorted(added_tokens_of(backend))
     probes = [halves, halves[:1] + halves[:1] + halves[1:]]
     for id_ in added:
         probes.append(halves[:1] + [id_] + halves[1:] + [id_] + halves[:1])
@@ -195,6 +196,14 @@ def _probe(backend: Any, detokenizer: Detokenizer) -> str | None:
 
 _ATTRIBUTE = "_rllm_detokenizer"
 _lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+forksafe.in_child(_after_fork)
 
 
 def detokenizer_for(tokenizer: Any) -> tuple[Detokenizer | None, str]:

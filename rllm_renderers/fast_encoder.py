@@ -4,12 +4,14 @@
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
 spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
-``span_bpe_for(backend)`` returns, under the same proof, the engine that runs fastest:
+``span_bpe_for(backend, engines)`` returns, under the same proof, the first of ``engines`` that can
+run: :class:`RankBpe` (tiktoken; the default, built in a fraction of the tokenizer's load time) or
 ``fastokens_spans.FastokensBpe`` (a Rust reimplementation of the library's encode path, given the
-tokenizer's own pre-tokenizer and merges; the proof is the condition for using it, as for tiktoken,
-and its ids are compared with the library's by the same differential tests), else :class:`RankBpe`.
-The proof's verdict and rank table are remembered per tokenizer content; fastokens never reads the
-rank table.
+tokenizer's own pre-tokenizer and merges, faster per render but slower to build and a second full
+tokenizer in memory; the proof is the condition for using it, as for tiktoken, and its ids are
+compared with the library's by the same differential tests).  The proof's verdict and rank table
+are remembered per tokenizer content (:mod:`rllm_renderers.proof_cache`, checked before use);
+fastokens never reads the rank table.
 
 What is proved, and how (the conditions checked, in order):
 
@@ -80,6 +82,8 @@ the same pattern text; the differential tests compare both on every corpus token
 from __future__ import annotations
 
 import base64
+import sys
+from array import array
 import hashlib
 import itertools
 import json
@@ -92,11 +96,13 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from . import forksafe, proof_cache
+
 __all__ = ["SpanBpe", "RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "4"
+PROOF_VERSION = "5"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -225,6 +231,21 @@ class SpanBpe:
         return [char_at[at + 1] for at in byte_starts]
 
 
+class _ByteLengths(dict):
+    """id -> the token's length in bytes, looked up in the engine as ids are met (KeyError: not its id)."""
+
+    def __init__(self, token_bytes):
+        super().__init__()
+        self._token_bytes = token_bytes
+
+    def __missing__(self, id_: int) -> int:
+        try:
+            length = self[id_] = len(self._token_bytes(id_))
+        except (KeyError, OverflowError, TypeError):  # an id the engine does not have
+            raise KeyError(id_) from None
+        return length
+
+
 def _note(shortcut_only: tuple[str, ...], left_out: int) -> str:
     if shortcut_only:
         return (
@@ -246,6 +267,8 @@ class RankBpe(SpanBpe):
     _one_pass: Any = field(default=None, repr=False)
     _one_pass_ascii: Any = field(default=None, repr=False)
     _short_pieces: dict = field(default_factory=dict, repr=False)
+    #: The proof's verdict on :func:`_one_pass_stages` (None: check it here).
+    one_pass: bool | None = field(default=None, kw_only=True)
 
     engine = "tiktoken"
 
@@ -259,17 +282,18 @@ class RankBpe(SpanBpe):
             "rllm-rank-bpe", pat_str=keep_gaps, mergeable_ranks=self.ranks, special_tokens={}
         )
         self._encode = self._encoding._core_bpe.encode_ordinary
+        self._token_bytes = self._encoding._core_bpe.decode_single_token_bytes
         if self.stages:
             import regex
 
             self._stage_regexes = tuple(regex.compile(stage) for stage in self.stages)
-            self._one_pass = _one_pass_stages(self.stages)
+            self._one_pass = _one_pass_stages(self.stages, disjoint=self.one_pass)
             if self._one_pass is not None:
                 self._one_pass_ascii = _ascii_one_pass(self.stages)
             self._short_pieces = _short_piece_ids(self.stages, self._encode)
 
-    def _token_lengths(self) -> dict[int, int]:
-        return {rank: len(token) for token, rank in self.ranks.items()}
+    def _token_lengths(self) -> _ByteLengths:
+        return _ByteLengths(self._token_bytes)
 
     def _encode_normalized(self, span: str) -> list[int] | None:
         if self.refuses(span):
@@ -361,7 +385,7 @@ def _unassigned_or_astral() -> re.Pattern[str]:
 _CLASS_RUN = re.compile(r"(\\[pP]\{[\w=&.\- ]+\}|\\[dswDSW]|\[\^?(?:\\.|[^\\\[\]])+\])(\+|\{1,[1-9][0-9]*\})?")
 
 
-def _one_pass_stages(stages: tuple[str, ...]):
+def _one_pass_stages(stages: tuple[str, ...], *, disjoint: bool | None = None):
     """One ``regex`` pattern whose ``split`` cuts a span into the pieces the ``Split(Isolated)``
     ``stages`` cut it into one after the other, or None when that is not proved.
 
@@ -375,12 +399,17 @@ def _one_pass_stages(stages: tuple[str, ...]):
     their start.  ``(C_1..|C_2..|...)`` scanned left to right finds the same matches: at a
     position at most one alternative can start (disjoint classes), and it takes the same run
     prefix.  ``split`` with the one group returns gap, match, gap, ..., gap (gaps possibly empty).
+
+    ``disjoint``: the verdict of the disjointness check made before (the proof remembers it; it
+    scans every code point), None to check here.
     """
     import regex
 
     if not all(_CLASS_RUN.fullmatch(stage) for stage in stages):
         return None
-    if len(stages) > 1:
+    if disjoint is False:
+        return None
+    if len(stages) > 1 and disjoint is None:
         # every code point but the surrogates (4 MB: built for the check, not kept)
         every_character = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
         classes = [_CLASS_RUN.fullmatch(stage).group(1) for stage in stages]
@@ -572,84 +601,107 @@ def _check_model_object(model: Any) -> None:
 
 
 def _proof_marker(sha256: str):
-    """Where the verdict for tokenizer content ``sha256`` is remembered across processes."""
-    from pathlib import Path
-
-    root = os.environ.get("RLLM_RENDERERS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rllm_renderers"
-    )
-    return Path(root) / "rank_bpe_proofs" / f"{PROOF_VERSION}-{sha256}"
+    """Where the verdict for tokenizer content ``sha256`` is remembered across processes (None: nowhere)."""
+    folder = proof_cache.cache_folder()
+    return None if folder is None else folder / "rank_bpe_proofs" / f"{PROOF_VERSION}-{sha256}"
 
 
 @dataclass
 class Proof:
     """What the proof established for one tokenizer content: the span pipeline, and the rank table
-    (read from the remembered marker only when an engine needs it: fastokens does not)."""
+    (parsed from the remembered marker's verified text only when an engine needs it: fastokens does not)."""
 
     pattern: str
     stages: tuple[str, ...]
     nfc: bool
     shortcut_only: tuple[str, ...]
     left_out: int
+    #: Whether the stages run as one split (:func:`_one_pass_stages`; its check scans every code point).
+    one_pass: bool = False
     _ranks: dict[bytes, int] | None = field(default=None, repr=False)
-    _marker: Any = field(default=None, repr=False)
+    _rank_lines: str | None = field(default=None, repr=False)
 
     def header(self) -> dict:
         return {"pattern": self.pattern, "stages": list(self.stages), "nfc": self.nfc,
-                "shortcut_only": list(self.shortcut_only), "left_out": self.left_out}  # fmt: skip
+                "shortcut_only": list(self.shortcut_only), "left_out": self.left_out,
+                "one_pass": self.one_pass}  # fmt: skip
 
     @property
     def ranks(self) -> dict[bytes, int]:
         if self._ranks is None:
-            ranks = {}
-            with open(self._marker, encoding="utf-8") as lines:
-                for line in itertools.islice(lines, 2, None):
-                    token, rank = line.split(" ")
-                    ranks[base64.b64decode(token)] = int(rank)
-            self._ranks = ranks
+            self._ranks, self._rank_lines = _ranks_from_text(self._rank_lines), None
         return self._ranks
 
     def note(self) -> str:
         return _note(self.shortcut_only, self.left_out)
 
 
-def _remember(marker, verdict: str, proof: Proof | None = None) -> bool:
-    """Write the verdict (with a proof: its header and rank table) atomically; False when it could not."""
-    lines = [verdict]
-    if proof is not None:
-        lines.append(json.dumps(proof.header()))
-        lines += [f"{base64.b64encode(token).decode()} {rank}" for token, rank in proof.ranks.items()]
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        partial = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(partial, marker)
-    except OSError:  # a read-only home: decide again next time
+def _ranks_as_text(ranks: dict[bytes, int]) -> str:
+    """The rank table as three base64 lines: the tokens' bytes joined, their lengths and their ranks
+    (``uint32``, little-endian).  A table of 200k tokens reads back in a few tens of ms."""
+    tokens = list(ranks)
+    lengths, values = array("I", map(len, tokens)), array("I", ranks.values())
+    if sys.byteorder != "little":
+        lengths.byteswap()
+        values.byteswap()
+    return "\n".join(base64.b64encode(part).decode() for part in (b"".join(tokens), lengths.tobytes(), values.tobytes())) + "\n"
+
+
+def _ranks_from_text(text: str) -> dict[bytes, int]:
+    """:func:`_ranks_as_text` read back (ValueError when the three lines do not fit together)."""
+    joined, lengths_data, values_data = (base64.b64decode(line, validate=True) for line in text.split("\n")[:3])
+    lengths, values = array("I"), array("I")
+    lengths.frombytes(lengths_data)
+    values.frombytes(values_data)
+    if sys.byteorder != "little":
+        lengths.byteswap()
+        values.byteswap()
+    if len(lengths) != len(values) or sum(lengths) != len(joined):
+        raise ValueError("the remembered rank table is inconsistent")
+    ends = list(accumulate(lengths))
+    return dict(zip(map(joined.__getitem__, map(slice, [0, *ends[:-1]], ends)), values))
+
+
+def _live_facts(content: str, structure: tuple[bool, tuple[str, ...], str]) -> dict:
+    """What a marker must say to be this tokenizer's: its content hash, the proof version, and the
+    normalizer and pre-tokenizer read from the live object (``structure``: nfc, stages, pattern)."""
+    nfc, stages, pattern = structure
+    return {"content": content, "version": PROOF_VERSION, "nfc": nfc, "stages": list(stages), "pattern": pattern}
+
+
+def _remember(marker, facts: dict, verdict: str, proof: Proof | None = None) -> bool:
+    """Write the verdict (with a proof: its header and rank table); False when it could not."""
+    if marker is None:
         return False
-    return True
+    header = {**facts, "verdict": verdict}
+    body = ""
+    if proof is not None:
+        header.update(proof.header(), ranks=len(proof.ranks))
+        body = _ranks_as_text(proof.ranks)
+    return proof_cache.write_marker(marker, header, body)
 
 
-def _remembered(marker) -> tuple[Proof | None, str] | None:
-    """The verdict a marker holds (a proof's ranks stay in the file until asked for), or None when
-    there is none or it is damaged."""
+def _remembered(marker, facts: dict) -> tuple[Proof | None, str] | None:
+    """The verdict a verified marker holds (:mod:`rllm_renderers.proof_cache`), or None when there is
+    none or it is not this tokenizer's or not intact (a miss: the caller proves again)."""
+    if marker is None:
+        return None
+    found = proof_cache.read_marker(marker, facts)
+    if found is None:
+        return None
+    header, body = found
     try:
-        with open(marker, encoding="utf-8") as lines:
-            verdict = lines.readline().rstrip("\n")
-            header = lines.readline()
-            if verdict.startswith("refused: "):
-                return None, verdict[len("refused: ") :]
-            if verdict != "proved":
-                return None
-        fields = json.loads(header)
-        proof = Proof(fields["pattern"], tuple(fields["stages"]), fields["nfc"], tuple(fields["shortcut_only"]),
-                      fields["left_out"], _marker=marker)  # fmt: skip
-    except (OSError, KeyError, ValueError, TypeError):
+        if header["verdict"] != "proved":
+            return None, str(header["verdict"]).removeprefix("refused: ")
+        proof = Proof(header["pattern"], tuple(header["stages"]), header["nfc"], tuple(header["shortcut_only"]),
+                      header["left_out"], header["one_pass"], _rank_lines=body)  # fmt: skip
+    except (KeyError, TypeError, AttributeError):
         return None
     return proof, proof.note()
 
 
-def _prove(tokenizer_json: str, marker) -> tuple[Proof | None, str]:
-    remembered = _remembered(marker)
+def _prove(tokenizer_json: str, marker, facts: dict) -> tuple[Proof | None, str]:
+    remembered = _remembered(marker, facts)
     if remembered is not None:  # decided before for exactly this content
         return remembered
     data = json.loads(tokenizer_json)
@@ -664,17 +716,26 @@ def _prove(tokenizer_json: str, marker) -> tuple[Proof | None, str]:
         if not (ignore_merges and _merges_are_closed(vocab, merges, products)):
             left_out |= _unreached(vocab, merges, products)
     except _NotProvable as exc:
-        _remember(marker, f"refused: {exc}")
+        _remember(marker, facts, f"refused: {exc}")
         return None, str(exc)
     kept = products - left_out
     ranks = {bytes_of_byte_level(token): id_ for token, id_ in vocab.items() if token in kept}
     ranks.update({bytes([byte]): vocab[ch] for ch, byte in _BYTE_OF.items()})
     # Only the whole-word shortcut can give a left-out token; without it, none is ever given.
     shortcut_only = _shortcut_texts(left_out) if ignore_merges else ()
-    proof = Proof(pattern, tuple(stages), nfc, shortcut_only, len(left_out), _ranks=ranks)
-    if _remember(marker, "proved", proof):
-        proof._ranks, proof._marker = None, marker  # read back from the file if an engine needs them
+    one_pass = bool(stages) and _one_pass_stages(tuple(stages)) is not None
+    proof = Proof(pattern, tuple(stages), nfc, shortcut_only, len(left_out), one_pass, _ranks=ranks)
+    _remember(marker, facts, "proved", proof)
     return proof, proof.note()
+
+
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic raised through PyO3 (``pyo3_runtime.PanicException``, a ``BaseException``)."""
+    return type(exc).__name__ == "PanicException"
+
+
+class EnginePanic(RuntimeError):
+    """A Rust engine panicked (its ``PanicException`` is a ``BaseException``; this is an ``Exception``)."""
 
 
 def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | None, str]:
@@ -685,29 +746,68 @@ def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | No
             from .fastokens_spans import FastokensBpe
 
             return FastokensBpe(proof.pattern, proof.stages, proof.nfc, tokenizer_json, **common), proof.note()
-        return RankBpe(proof.pattern, proof.stages, proof.nfc, proof.ranks, **common), proof.note()
+        return RankBpe(proof.pattern, proof.stages, proof.nfc, proof.ranks, one_pass=proof.one_pass, **common), proof.note()
     except ImportError as exc:
         return None, f"{engine} is not installed ({exc})"
     except ValueError as exc:  # the library could not compile the regex or load the tokenizer
         return None, f"{engine} refused the tokenizer: {exc}"
-    except OSError as exc:  # the remembered rank table went away meanwhile
-        return None, f"the remembered rank table could not be read ({exc})"
+    except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
+        if not _is_panic(exc):
+            raise
+        return None, f"{engine} panicked while building its encoder: {exc}"
 
 
-# The span encoder per tokenizer content (sha256 of its JSON) and engine: built once per process, not
-# per renderer or per tokenizer object.  Bounded: a process rarely holds more tokenizers than this.
-# (encoder or None, note or why not, whether the proof itself was refused)
+# Per tokenizer content (sha256 of its JSON): the proof (pure Python data, kept by a forked child),
+# and per engine the span encoder built from it (Rust state, rebuilt in a child: rllm_renderers.forksafe).
+# Built once per process, not per renderer or tokenizer object.  Bounded: a process rarely holds
+# more tokenizers than this.  Plan: (encoder or None, note or why not, whether the proof itself was refused).
+_PROOFS: OrderedDict[str, tuple[Proof | None, str]] = OrderedDict()
 _PLANS: OrderedDict[tuple[str, str], tuple[SpanBpe | None, str, bool]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 _PLANS_SIZE = 8
 
-ENGINES = ("fastokens", "tiktoken")
+
+def forget() -> None:
+    """Forget every proof and engine this process holds (as a new process starts: the remembered
+    markers are read again)."""
+    with _PLANS_LOCK:
+        _PLANS.clear()
+        _PROOFS.clear()
+
+
+def _after_fork() -> None:
+    global _PLANS_LOCK
+    _PLANS_LOCK = threading.Lock()
+    _PLANS.clear()
+
+
+forksafe.in_child(_after_fork)
+
+#: The engines, in the order ``"auto"`` tries them: tiktoken first (built in a fraction of the
+#: tokenizer's own load time, a rank table of a few MB), fastokens on request (faster per render,
+#: but its build takes longer than loading the tokenizer and holds a second full tokenizer).
+ENGINES = ("tiktoken", "fastokens")
 
 
 def rank_bpe_plan(backend: Any, engine: str = "tiktoken") -> tuple[SpanBpe | None, str]:
     """``(span encoder, note)`` when the ``tokenizers.Tokenizer`` is provably a rank-based BPE on
     spans, else ``(None, why not)``; ``engine`` (``"tiktoken"`` or ``"fastokens"``) runs it."""
     return span_bpe_for(backend, (engine,))
+
+
+def _remembered_plan(key: tuple[str, str]):
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            _PLANS.move_to_end(key)
+        return plan
+
+
+def _keep(table: OrderedDict, key: Any, value: Any) -> None:
+    with _PLANS_LOCK:
+        table[key] = value
+        while len(table) > _PLANS_SIZE:
+            table.popitem(last=False)
 
 
 def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[SpanBpe | None, str]:
@@ -718,36 +818,33 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[Span
     run over the whole vocabulary that proves condition (b), seconds for a large vocabulary) runs
     once per tokenizer content per process, and its verdict (with the proved rank table, so a
     later process skips parsing the JSON too) is remembered across processes in a marker file
-    keyed by the sha256 of the tokenizer JSON (``RLLM_RENDERERS_CACHE``, default
-    ``~/.cache/rllm_renderers``).  An engine is built once per content and engine; the rank table
-    is read only by the tiktoken engine.
+    keyed by the sha256 of the tokenizer JSON and checked before it is used
+    (:mod:`rllm_renderers.proof_cache`).  An engine is built once per content and engine per
+    process; the rank table is read only by the tiktoken engine.
     """
     unknown = [engine for engine in engines if engine not in ENGINES]
     if unknown or not engines:
         raise ValueError(f"engines must be among {ENGINES}, got {engines!r}")
     try:
-        _normalizer_is_nfc(_state(backend.normalizer))
-        _split_stages(_state(backend.pre_tokenizer))
+        nfc = _normalizer_is_nfc(_state(backend.normalizer))
+        stages, pattern = _split_stages(_state(backend.pre_tokenizer))
         _check_model_object(backend.model)
     except _NotProvable as exc:
         return None, str(exc)
     tokenizer_json = backend.to_str()
     content = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
     failures = []
-    proof: Proof | None = None
     for engine in engines:
-        with _PLANS_LOCK:
-            plan = _PLANS.get((content, engine))
-            if plan is not None:
-                _PLANS.move_to_end((content, engine))
+        plan = _remembered_plan((content, engine))
         if plan is None:
-            if proof is None:
-                proof, reason = _prove(tokenizer_json, _proof_marker(content))
-            plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)
             with _PLANS_LOCK:
-                _PLANS[(content, engine)] = plan
-                while len(_PLANS) > _PLANS_SIZE:
-                    _PLANS.popitem(last=False)
+                proved = _PROOFS.get(content)
+            if proved is None:
+                proved = _prove(tokenizer_json, _proof_marker(content), _live_facts(content, (nfc, tuple(stages), pattern)))
+                _keep(_PROOFS, content, proved)
+            proof, reason = proved
+            plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)
+            _keep(_PLANS, (content, engine), plan)
         encoder, reason, refused = plan
         if encoder is not None or refused:
             return encoder, "; ".join(filter(None, [*failures, reason]))

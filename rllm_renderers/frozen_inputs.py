@@ -30,6 +30,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
+from . import forksafe
 from .template_values import TemplateDict, TemplateList, TemplateStr, template_data
 
 __all__ = ["template_tools", "memoized_macro"]
@@ -40,6 +41,17 @@ MACRO_CACHE_SIZE = 256  # calls kept per memoized macro
 _lock = threading.Lock()
 _converted: OrderedDict[bytes, tuple[Any, list[int]]] = OrderedDict()  # marshal key -> (value, its container ids)
 _frozen: dict[int, Any] = {}  # id -> a container inside a converted value that is still cached
+
+
+def _after_fork() -> None:
+    """In a forked child (rllm_renderers.forksafe): a new lock, and the cache emptied."""
+    global _lock
+    _lock = threading.Lock()
+    _converted.clear()
+    _frozen.clear()
+
+
+forksafe.in_child(_after_fork)
 
 
 def template_tools(tools: Any) -> Any:
@@ -123,8 +135,7 @@ def _key_part(value: Any) -> Any:
 
 def memoized_macro(method: Callable[..., str]) -> Callable[..., str]:
     """A pure translated macro method, looked up by its arguments where they are scalars or frozen."""
-    cache: OrderedDict = OrderedDict()
-    lock = threading.Lock()
+    calls = forksafe.track(_MacroCalls())
 
     @functools.wraps(method)
     def looked_up(self, *args: Any, **kwargs: Any) -> str:
@@ -138,16 +149,28 @@ def memoized_macro(method: Callable[..., str]) -> Callable[..., str]:
         if not frozen:  # scalars only (a message's text, say): rarely repeated, not worth keeping
             return method(self, *args, **kwargs)
         key = (tuple(parts), tuple(kwargs))
-        with lock:
-            text = cache.get(key)
+        with calls.lock:
+            text = calls.texts.get(key)
             if text is not None:
-                cache.move_to_end(key)
+                calls.texts.move_to_end(key)
                 return text
         text = method(self, *args, **kwargs)
-        with lock:
-            cache[key] = text
-            while len(cache) > MACRO_CACHE_SIZE:
-                cache.popitem(last=False)
+        with calls.lock:
+            calls.texts[key] = text
+            while len(calls.texts) > MACRO_CACHE_SIZE:
+                calls.texts.popitem(last=False)
         return text
 
     return looked_up
+
+
+class _MacroCalls:
+    """The remembered calls of one memoized macro, and their lock (rebuilt in a forked child)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.texts: OrderedDict = OrderedDict()
+
+    def _after_fork(self) -> None:
+        self.lock = threading.Lock()
+        self.texts = OrderedDict()

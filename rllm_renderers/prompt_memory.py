@@ -13,6 +13,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
+from . import forksafe
+
 #: Tokens at the end of a prompt that key it in memory (with its length).
 PROMPT_TAIL_TOKENS = 16
 #: Prompts kept under one key (equal length and last tokens: almost always the same prompt again).
@@ -100,6 +102,14 @@ class PromptHistories:
         self._entries: OrderedDict = OrderedDict()  # (length, last ids) -> [Recalled, ...]
         self._count = 0
         self._lock = threading.Lock()
+        forksafe.track(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (rllm_renderers.forksafe): a new lock; the prompts are forgotten (an
+        entry a thread of the parent was writing is never read)."""
+        self._lock = threading.Lock()
+        self._entries = OrderedDict()
+        self._count = 0
 
     def __reduce__(self):
         return (PromptHistories, (self.size,))

@@ -26,14 +26,18 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
 
    * ``"fastokens"`` or ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
      (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof is computed once per
-     tokenizer content and remembered).  fastokens (:mod:`rllm_renderers.fastokens_spans`) is
-     preferred: it runs every ``Split`` stage and the BPE in Rust and takes all spans of a text in
-     one call; tiktoken (the proved rank table) is next, where fastokens is not installed or cannot
-     load the tokenizer.  We then also do the second pass (normalized added tokens) ourselves; that
-     needs an identity normalizer when there are any.
+     tokenizer content and remembered).  tiktoken (the proved rank table) is the default: it is
+     built in a fraction of the tokenizer's own load time and holds a few MB.  fastokens
+     (:mod:`rllm_renderers.fastokens_spans`) runs every ``Split`` stage and the BPE in Rust and takes
+     all spans of a text in one call, several times faster per render, but building it takes longer
+     than loading the tokenizer and holds a second full tokenizer: it is used when asked for (or
+     where tiktoken is not installed).  We then also do the second pass (normalized added tokens)
+     ourselves; that needs an identity normalizer when there are any.
    * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
      Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
      a data loader padding with the same tokenizer in another thread would otherwise change our ids.
+     The copy shares the backend's model, normalizer and pre-tokenizer (nobody configures those per
+     call) and holds only its own settings and added vocabulary, so it costs no second vocabulary.
      (The fastokens and tiktoken engines are private objects too, built by us and configured by nobody.)
 
    ``RLLM_RENDERERS_ENCODER`` (or ``backend=``) forces one: ``hf``, ``tiktoken`` or ``fastokens``
@@ -81,6 +85,7 @@ the whole text with the backend in one call instead (still exact, just not split
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -89,7 +94,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from . import forksafe
+
 __all__ = ["TextEncoder", "text_encoder_for"]
+
+logger = logging.getLogger(__name__)
 
 # Rust regex ``\s`` in Unicode mode is the White_Space property (the same set as Rust's
 # ``char::is_whitespace``).  Python's ``str.isspace`` differs (it also accepts U+001C..U+001F).
@@ -191,6 +200,34 @@ def _backend_of(tokenizer: Any):
     )
 
 
+_ADDED_ATTRIBUTE = "_rllm_added_tokens"
+
+
+def added_tokens_of(backend: Any) -> dict[int, Any]:
+    """``backend.get_added_tokens_decoder()`` (id -> ``tokenizers.AddedToken``), kept on the backend
+    while its vocabulary size stays the same (the library builds that dict anew on every call, a
+    tenth of a second for a few hundred tokens)."""
+    size = backend.get_vocab_size(with_added_tokens=True)
+    cached = getattr(backend, _ADDED_ATTRIBUTE, None)
+    if cached is not None and cached[0] == size:
+        return cached[1]
+    added = backend.get_added_tokens_decoder()
+    try:
+        setattr(backend, _ADDED_ATTRIBUTE, (size, added))
+    except (AttributeError, TypeError):  # a tokenizers build without instance attributes
+        pass
+    return added
+
+
+def has_backend(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` is one :class:`TextEncoder` takes (see :func:`_backend_of`)."""
+    try:
+        _backend_of(tokenizer)
+    except TypeError:
+        return False
+    return True
+
+
 def _split_special_tokens(tokenizer: Any, backend) -> bool:
     """HF's ``split_special_tokens`` setting, else the backend's ``encode_special_tokens``."""
     split_special = getattr(tokenizer, "split_special_tokens", None)
@@ -214,35 +251,81 @@ def _prepends_on_first_piece_only(backend) -> bool:
     return walk(json.loads(backend.pre_tokenizer.__getstate__()))
 
 
-def _private_copy(backend, split_special_tokens: bool, *, hide: str = "none"):
-    """A copy of ``backend`` that nobody else configures, set up for a plain encode.
+def _private_copy(backend, split_special_tokens: bool, *, hide: str = "none", added: Any = None):
+    """A ``tokenizers.Tokenizer`` that nobody else configures, set up for a plain encode.
+
+    It shares ``backend``'s model (vocabulary and merges: nearly all of its memory), normalizer,
+    pre-tokenizer, post-processor and decoder, which nobody configures per call; what callers do
+    configure per call (padding, truncation, ``encode_special_tokens``) and the added vocabulary are
+    its own.  The added tokens are added again in id order; where that would not give them the same
+    ids, :func:`_json_copy` copies the whole tokenizer through its JSON instead.
 
     ``hide="non-normalized"``: every non-normalized token (and every special token when
     ``split_special_tokens``) is made special and ``encode_special_tokens`` is switched on, so the
     copy's first pass matches nothing; normalized tokens stay matchable in its second pass.
     ``hide="all"``: every added token is made special, so the copy matches no added token at all
-    (for spans whose added tokens we found ourselves).  Ids are unchanged (same JSON order).
+    (for spans whose added tokens we found ourselves).  Ids are unchanged.  ``added``: the backend's
+    ``get_added_tokens_decoder()``, when the caller has it.
     """
     import tokenizers
 
-    text = backend.to_str()
-    if hide == "none":
-        copy = tokenizers.Tokenizer.from_str(text)
-        copy.encode_special_tokens = split_special_tokens
-    else:
-        data = json.loads(text)
-        for entry in data["added_tokens"]:
-            hidden = hide == "all" or not entry["normalized"]
-            entry["special"] = hidden or (entry["special"] and split_special_tokens)
-        copy = tokenizers.Tokenizer.from_str(json.dumps(data))
-        copy.encode_special_tokens = True
+    added = sorted((backend.get_added_tokens_decoder() if added is None else added).items())
+    copy = tokenizers.Tokenizer(backend.model)
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        component = getattr(backend, part)
+        if component is not None:
+            setattr(copy, part, component)
+    copy.add_tokens(
+        [
+            tokenizers.AddedToken(
+                token.content,
+                single_word=token.single_word,
+                lstrip=token.lstrip,
+                rstrip=token.rstrip,
+                normalized=token.normalized,
+                special=_hidden(token, hide, split_special_tokens),
+            )
+            for _, token in added
+        ]
+    )
+    if copy.get_vocab_size(with_added_tokens=True) != backend.get_vocab_size(with_added_tokens=True) or any(
+        copy.token_to_id(token.content) != id_ for id_, token in added
+    ):
+        copy = _json_copy(backend, split_special_tokens, hide)
+    copy.encode_special_tokens = split_special_tokens if hide == "none" else True
     copy.no_truncation()
     copy.no_padding()
+    return copy
+
+
+def _hidden(token: Any, hide: str, split_special_tokens: bool) -> bool:
+    """Whether the private copy of kind ``hide`` makes ``token`` special (see :func:`_private_copy`)."""
+    if hide == "none":
+        return token.special
+    return hide == "all" or not token.normalized or (token.special and split_special_tokens)
+
+
+def _json_copy(backend, split_special_tokens: bool, hide: str):
+    """:func:`_private_copy` through the tokenizer's JSON (a second copy of the model): for added
+    tokens that, added again in id order, would not get their ids."""
+    import tokenizers
+
+    data = json.loads(backend.to_str())
+    for entry in data["added_tokens"]:
+        entry["special"] = _hidden(_Entry(entry), hide, split_special_tokens)
+    copy = tokenizers.Tokenizer.from_str(json.dumps(data))
     before = {token.content: id_ for id_, token in backend.get_added_tokens_decoder().items()}
     after = {token.content: id_ for id_, token in copy.get_added_tokens_decoder().items()}
     if before != after:  # pragma: no cover - the library keeps ids when the JSON keeps its order
         raise RuntimeError("copying the tokenizer changed added-token ids")
     return copy
+
+
+class _Entry:
+    """An ``added_tokens`` entry of the JSON, read like a ``tokenizers.AddedToken``."""
+
+    def __init__(self, entry: dict):
+        self.special, self.normalized = entry["special"], entry["normalized"]
 
 
 def _keeps_offsets(backend) -> bool:
@@ -313,6 +396,11 @@ class _SpanCache:
         with self._lock:
             self._entries.clear()
 
+    def _after_fork(self) -> None:
+        """In a forked child (rllm_renderers.forksafe): a new lock, and nothing half-written kept."""
+        self._lock = threading.Lock()
+        self._entries = OrderedDict()
+
 
 def _token_pattern(tokens: dict[str, _AddedToken]) -> re.Pattern[str] | None:
     return _longest_match_pattern(tokens)
@@ -349,7 +437,7 @@ class TextEncoder:
     ``split_special_tokens`` setting is honoured) or a raw ``tokenizers.Tokenizer``.  Tokens added
     to the tokenizer after construction are not seen: build a new encoder then.
 
-    ``backend``: ``"auto"`` (fastokens, else tiktoken, where the proof holds; else HF ``tokenizers``),
+    ``backend``: ``"auto"`` (tiktoken, else fastokens, where the proof holds; else HF ``tokenizers``),
     ``"fastokens"``, ``"tiktoken"`` or ``"hf"``; default from ``RLLM_RENDERERS_ENCODER``.  The choice
     is in :attr:`backend`; why a fast engine was not chosen, or what it leaves out or to HF, in
     :attr:`backend_reason`.
@@ -363,7 +451,8 @@ class TextEncoder:
         requested = _requested_backend(backend)
         self._split_special = _split_special_tokens(tokenizer, shared)
 
-        added = shared.get_added_tokens_decoder()  # id -> tokenizers.AddedToken
+        added = added_tokens_of(shared)  # id -> tokenizers.AddedToken
+        self._added_tokens = added
         #: Contents of all added tokens (special or not, normalized or not).
         self.added_token_strings: frozenset[str] = frozenset(token.content for token in added.values())
         self._added_ids = {token.content: id_ for id_, token in added.items()}
@@ -419,6 +508,9 @@ class TextEncoder:
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
         self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
+        # In a forked child the engine (Rust state) is built again before its first use (_after_fork).
+        self._stale_engine = False
+        forksafe.track(self)
 
     # ------------------------------------------------------------------ public API
 
@@ -428,8 +520,14 @@ class TextEncoder:
         ``plain_ranges``: half-open character ranges of ``text`` in which no added token is
         recognised (their text is encoded as ordinary text); see the module docstring.
         """
-        if self._cut is not None and not plain_ranges:  # _encode's first case
-            return self._encode_cut(text)
+        if self._stale_engine:
+            self._rebuild_engine()
+        try:
+            if self._cut is not None and not plain_ranges:  # _encode's first case
+                return self._encode_cut(text)
+            return self._encode([text], with_offsets=False, plain_ranges=[plain_ranges])[0][0]
+        except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
+            self._engine_failed(exc)
         return self._encode([text], with_offsets=False, plain_ranges=[plain_ranges])[0][0]
 
     def encode_with_offsets(
@@ -442,13 +540,82 @@ class TextEncoder:
         lengths where that is the same; module docstring, "Offsets"), shifted by the span's start.
         Starts never decrease.
         """
-        ids, starts = self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
-        return ids, starts
+        if self._stale_engine:
+            self._rebuild_engine()
+        try:
+            return self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
+        except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
+            self._engine_failed(exc)
+        return self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(t) for t in texts]`` with a single backend call for all spans of all texts."""
         texts = list(texts)
+        if self._stale_engine:
+            self._rebuild_engine()
+        try:
+            return [ids for ids, _ in self._encode(texts, with_offsets=False, plain_ranges=[None] * len(texts))]
+        except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
+            self._engine_failed(exc)
         return [ids for ids, _ in self._encode(texts, with_offsets=False, plain_ranges=[None] * len(texts))]
+
+    def warm(self, *, plain: bool = False) -> None:
+        """Build now what the first encode would build: the private backend copy its spans go to
+        (the HF backend's, or the one an engine hands a span it does not cover), and with ``plain``
+        the copy plain ranges use.  Afterwards no encode builds anything (the span cache and the
+        engines' own word caches still fill as texts come)."""
+        if self._stale_engine:
+            self._rebuild_engine()
+        for hide in self._hides(plain):
+            self._copy(hide)
+        if self._rank_bpe is not None and self._rank_bpe.nfc:
+            from .fast_encoder import _unassigned_or_astral
+
+            _unassigned_or_astral()
+
+    def _hides(self, plain: bool) -> list[str]:
+        """The kinds of private copy :meth:`_encode` may use (see there)."""
+        if self._whole_text:
+            return ["none"]
+        if self._rank_bpe is not None:
+            return ["all"]
+        return ["non-normalized" if self._flagged else "none", *(["all"] if plain else [])]
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        """After an engine panic (a Rust ``PanicException``): the HF backend takes over for good, and
+        the panic is logged once; anything else is raised as it is.  A panic of the HF backend
+        itself is raised as :class:`~rllm_renderers.fast_encoder.EnginePanic`, an ``Exception``."""
+        from .fast_encoder import EnginePanic, _is_panic
+
+        if not _is_panic(exc):
+            raise exc
+        if self._rank_bpe is None:
+            raise EnginePanic(f"the tokenizers library panicked while encoding: {exc}") from None
+        logger.warning("the %s engine panicked (%s); the HF backend encodes from now on", self.backend, exc)
+        self._use_hf(f"the {self.backend} engine panicked: {exc}")
+
+    def _use_hf(self, reason: str) -> None:
+        self._rank_bpe = self._encode_text = self._cut = None
+        self._engine_scans = self._offsets_from_lengths = self._stale_engine = False
+        self.backend, self.backend_reason = "hf", reason
+
+    def _rebuild_engine(self) -> None:
+        """The engine again, in a forked child (its Rust state is per process); HF if that fails."""
+        from .fast_encoder import span_bpe_for
+
+        engine, reason = span_bpe_for(self._shared, (self.backend,))
+        if engine is None:
+            self._use_hf(reason)
+            return
+        self._rank_bpe, self._encode_text = engine, getattr(engine, "encode_text", None)
+        self._stale_engine = False
+
+    def _after_fork(self) -> None:
+        """In a forked child (rllm_renderers.forksafe): new locks, an empty span cache, and the engine
+        rebuilt before its next use."""
+        self._copies_lock = threading.Lock()
+        self._cache._after_fork()
+        self._stale_engine = self._rank_bpe is not None
 
     def clear_cache(self) -> None:
         """Forget the cached span encodings."""
@@ -589,7 +756,9 @@ class TextEncoder:
             with self._copies_lock:
                 copy = self._copies.get(hide)
                 if copy is None:
-                    copy = self._copies[hide] = _private_copy(self._shared, self._split_special, hide=hide)
+                    copy = self._copies[hide] = _private_copy(
+                        self._shared, self._split_special, hide=hide, added=self._added_tokens
+                    )
         return copy
 
     def _hf_encode(self, spans: list[str], with_offsets: bool, hide: str) -> list[tuple[list[int], list[int]]]:

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers import fast_encoder  # noqa: E402
+from rllm_renderers import fast_encoder, proof_cache  # noqa: E402
 from rllm_renderers.fast_encoder import bytes_of_byte_level, rank_bpe_plan  # noqa: E402
 from rllm_renderers.loading import load_tokenizer  # noqa: E402
 from rllm_renderers.tokenization import TextEncoder, text_encoder_for  # noqa: E402
@@ -38,15 +38,15 @@ ALL_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "qwen35-file", "dsv3", "dsv4", "g
 # Which backend the proof must pick: a test that silently fell back to HF everywhere would pass
 # every equality check, so the choice itself is asserted.  Where the proof holds, both engines run.
 EXPECTED_BACKEND = {
-    "qwen3": "fastokens",
-    "qwen25": "fastokens",
-    "dsv3": "fastokens",  # three Split stages (tiktoken: the first two run in Python, the last in tiktoken)
-    "dsv4": "fastokens",
-    "gptoss": "fastokens",  # every split of a token is a merge, with the whole-word shortcut
-    "llama31": "fastokens",
-    **{name: "fastokens" for name in SYNTHETIC},
-    "qwen35": "fastokens",  # 201 tokens the rebuilt tokenizer never gives, left out of the ranks
-    "qwen35-file": "fastokens",  # 83 tokens only the whole-word shortcut gives: their spans go to HF
+    "qwen3": "tiktoken",
+    "qwen25": "tiktoken",
+    "dsv3": "tiktoken",  # three Split stages (tiktoken: the first two run in Python, the last in tiktoken)
+    "dsv4": "tiktoken",
+    "gptoss": "tiktoken",  # every split of a token is a merge, with the whole-word shortcut
+    "llama31": "tiktoken",
+    **{name: "tiktoken" for name in SYNTHETIC},
+    "qwen35": "tiktoken",  # 201 tokens the rebuilt tokenizer never gives, left out of the ranks
+    "qwen35-file": "tiktoken",  # 83 tokens only the whole-word shortcut gives: their spans go to HF
     "gemma3": "hf",  # not byte-level
 }
 
@@ -85,17 +85,20 @@ QWEN35_LEFT_OUT = [
 
 
 class Encoders:
-    """One corpus tokenizer and an encoder per backend: ``auto`` (fastokens where the proof holds),
-    ``uncached`` (the same without span cache: one engine call per text), ``tiktoken``, ``hf``."""
+    """One corpus tokenizer and an encoder per backend: ``auto`` (tiktoken where the proof holds),
+    ``fastokens``, ``uncached`` (fastokens without span cache: one engine call per text), ``tiktoken``
+    (forced), ``hf``."""
 
     def __init__(self, name: str):
         self.name = name
         self.tokenizer = _load(name)
         self.auto = TextEncoder(self.tokenizer)
-        self.uncached = TextEncoder(self.tokenizer, span_cache_size=0)
+        self.fastokens = TextEncoder(self.tokenizer, backend="fastokens")
+        self.uncached = TextEncoder(self.tokenizer, backend="fastokens", span_cache_size=0)
         self.tiktoken = TextEncoder(self.tokenizer, backend="tiktoken")
         self.hf = TextEncoder(self.tokenizer, backend="hf")
-        self.all = {"auto": self.auto, "uncached": self.uncached, "tiktoken": self.tiktoken, "hf": self.hf}
+        self.all = {"auto": self.auto, "fastokens": self.fastokens, "uncached": self.uncached,
+                    "tiktoken": self.tiktoken, "hf": self.hf}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=ALL_TOKENIZERS)
@@ -136,15 +139,18 @@ def adversarial(added: list[str], shortcut_only: tuple[str, ...] = ()) -> st.Sea
 
 def test_backend_choice_is_the_expected_one(both):
     name, auto, forced = both.name, both.auto, both.hf
-    assert auto.backend == both.uncached.backend == EXPECTED_BACKEND[name], auto.backend_reason
+    assert auto.backend == EXPECTED_BACKEND[name], auto.backend_reason
     assert both.tiktoken.backend == ("hf" if auto.backend == "hf" else "tiktoken"), both.tiktoken.backend_reason
+    fast = "hf" if auto.backend == "hf" else "fastokens"
+    assert both.fastokens.backend == both.uncached.backend == fast, both.fastokens.backend_reason
     assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
     if auto.backend == "hf":
         assert auto.backend_reason  # says why
     # fastokens finds the added tokens itself (one segment per text) where its scan is shown to be
     # ours: not with flagged tokens (DeepSeek), nor where the cut path is off (shortcut-only tokens).
     one_segment = name not in ("dsv3", "dsv4", "gemma3", "qwen35-file")
-    assert auto._engine_scans == both.uncached._engine_scans == one_segment, name
+    assert both.fastokens._engine_scans == both.uncached._engine_scans == one_segment, name
+    assert not auto._engine_scans  # the tiktoken engine does not look for added tokens
     # Offsets from byte lengths wherever an engine encodes (no corpus tokenizer trims offsets).
     for encoder in both.all.values():
         assert encoder._offsets_from_lengths == (encoder.backend != "hf")
@@ -166,7 +172,7 @@ def test_every_backend_equals_tokenizer_encode(both, data):
         assert encoder.encode(text) == want, (both.name, kind)
         assert encoder.encode_with_offsets(text) == (want, whole), (both.name, kind)
     texts = [text, text[::-1], text + text]
-    assert both.uncached.encode_many(texts) == both.auto.encode_many(texts) == [both.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    assert both.uncached.encode_many(texts) == both.fastokens.encode_many(texts) == both.auto.encode_many(texts) == [both.tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
 @settings(PROFILE, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -196,8 +202,8 @@ def test_fastokens_results_do_not_depend_on_the_previous_call(both):
     that gave wrong ids for an input sharing 4 KB with the previous one, ending a whitespace run
     where the previous input went on).  Inputs that share long prefixes and diverge at awkward
     places, each right after its neighbour, then again in another order."""
-    if both.auto.backend != "fastokens":
-        pytest.skip(f"{both.name} is not encoded by fastokens ({both.auto.backend_reason})")
+    if both.fastokens.backend != "fastokens":
+        pytest.skip(f"{both.name} is not encoded by fastokens ({both.fastokens.backend_reason})")
     source = (REPO / "rllm_renderers" / "fast_encoder.py").read_text(encoding="utf-8")
     filler, spaces = source[:5000], " " * 700
     base = filler + spaces + "x" * 1500 + source[5000:19000]
@@ -206,7 +212,7 @@ def test_fastokens_results_do_not_depend_on_the_previous_call(both):
         texts += [base[:cut] + suffix for suffix in ("Z", " tail", "\n\nmore", "  ")] + [base, base + f" extended {cut}"]
     want = [both.tokenizer.encode(text, add_special_tokens=False) for text in texts]
     for order in (texts, texts[::-1], texts[::2] + texts[1::2]):
-        for encoder in (both.auto, both.uncached):
+        for encoder in (both.fastokens, both.uncached):
             encoder.clear_cache()
             assert [encoder.encode(text) for text in order] == [want[texts.index(text)] for text in order], both.name
 
@@ -229,7 +235,7 @@ def test_rank_bpe_sweeps_unicode_like_the_library(both):
     texts = _sweep_texts()
     plain = both.hf._copy("all")  # no added tokens matched: the spans' own function
     want = [encoding.ids for encoding in plain.encode_batch_fast(texts, add_special_tokens=False)]
-    for encoder in (both.auto, both.tiktoken):
+    for encoder in (both.fastokens, both.tiktoken):
         got = encoder._rank_bpe.encode_many(texts)
         mismatches = [text[:40] for text, a, b in zip(texts, got, want) if a != b]
         assert not mismatches, (both.name, encoder.backend, len(mismatches), mismatches[:3])
@@ -334,7 +340,7 @@ def test_tokens_the_merge_loop_never_makes_are_left_out(ignore_merges, monkeypat
                 assert ids is None, (backend, text)  # the library's to encode
             else:
                 assert ids == tokenizer.encode(text).ids, (backend, text)
-    fast_encoder._PLANS.clear()  # a new process: the same plan from the remembered marker
+    fast_encoder.forget()  # a new process: the same plan from the remembered marker
     monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
     again, again_reason = _plan(data)
     assert (again.ranks, again.shortcut_only, again.left_out, again_reason) == (
@@ -507,8 +513,8 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     plan = _plan(data)[0]
     assert plan is not None
     markers = list((tmp_path / "rank_bpe_proofs").iterdir())
-    assert len(markers) == 1 and markers[0].read_text().splitlines()[0] == "proved"
-    fast_encoder._PLANS.clear()  # a new process: the plan comes from the marker, not from the JSON
+    assert len(markers) == 1 and '"verdict": "proved"' in markers[0].read_text().splitlines()[2]
+    fast_encoder.forget()  # a new process: the plan comes from the marker, not from the JSON
     monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
     remembered = _plan(data)[0]
     assert (remembered.pattern, remembered.stages, remembered.nfc, remembered.ranks) == (
@@ -517,14 +523,14 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
     markers[0].write_text("proved\n{damaged")  # a damaged marker: proved again, and rewritten
-    fast_encoder._PLANS.clear()
+    fast_encoder.forget()
     assert _plan(data)[0].ranks == plan.ranks
-    assert len(markers[0].read_text().splitlines()) > 250
+    assert markers[0].read_text().startswith(proof_cache.MAGIC)
 
     refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("a", "b"), ("b", "c"), ("ab", "c")])
     reason = _plan(refused)[1]
-    assert any(marker.read_text().startswith("refused: ") for marker in (tmp_path / "rank_bpe_proofs").iterdir())
-    fast_encoder._PLANS.clear()  # a new process: the marker gives the same verdict without the BPE run
+    assert any('"verdict": "refused: ' in marker.read_text() for marker in (tmp_path / "rank_bpe_proofs").iterdir())
+    fast_encoder.forget()  # a new process: the marker gives the same verdict without the BPE run
     assert _plan(refused) == (None, reason)
 
 
@@ -538,7 +544,7 @@ def test_bytes_of_byte_level():
 
 def test_env_var_forces_hf(monkeypatch):
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
-    assert TextEncoder(tokenizer).backend == "fastokens"
+    assert TextEncoder(tokenizer).backend == "tiktoken"
     for forced in ("hf", "tiktoken", "fastokens"):
         monkeypatch.setenv("RLLM_RENDERERS_ENCODER", forced)
         assert TextEncoder(tokenizer).backend == forced
@@ -549,20 +555,22 @@ def test_env_var_forces_hf(monkeypatch):
         TextEncoder(tokenizer)
 
 
-def test_without_fastokens_tiktoken_encodes(monkeypatch):
-    """fastokens missing (not installed): auto falls back to tiktoken and says why; forced, to HF."""
+@pytest.mark.parametrize("missing, fallback", [("fastokens", "tiktoken"), ("tiktoken", "fastokens")])
+def test_without_one_engine_the_other_encodes(monkeypatch, missing, fallback):
+    """One engine missing (not installed): auto uses the other (and says why when it had to); forced, HF."""
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
-    fast_encoder._PLANS.clear()
-    monkeypatch.setitem(sys.modules, "fastokens", None)  # import fastokens raises ImportError
+    fast_encoder.forget()
+    monkeypatch.setitem(sys.modules, missing, None)  # import raises ImportError
     try:
         auto = TextEncoder(tokenizer)
-        assert auto.backend == "tiktoken" and "fastokens is not installed" in auto.backend_reason
-        forced = TextEncoder(tokenizer, backend="fastokens")
-        assert forced.backend == "hf" and "fastokens is not installed" in forced.backend_reason
+        assert auto.backend == fallback
+        assert (f"{missing} is not installed" in auto.backend_reason) == (missing == "tiktoken")
+        forced = TextEncoder(tokenizer, backend=missing)
+        assert forced.backend == "hf" and f"{missing} is not installed" in forced.backend_reason
         text = "<|user|>hello 中文 12345<|assistant|>"
         assert auto.encode(text) == forced.encode(text) == tokenizer.encode(text, add_special_tokens=False)
     finally:
-        fast_encoder._PLANS.clear()  # the plans without fastokens must not outlive the patch
+        fast_encoder.forget()  # the plans without fastokens must not outlive the patch
 
 
 # ---------------------------------------------------------------------------- shared tokenizer objects
@@ -600,7 +608,7 @@ def test_threads_share_one_fastokens_engine():
     """One engine per tokenizer content, shared by every encoder and thread; fastokens lets go of the GIL
     from 16 KB on, so long texts from several threads run in it at once."""
     tokenizer = load_tokenizer(_tokenizer_dir("qwen3"))
-    encoders = [TextEncoder(tokenizer, span_cache_size=0), TextEncoder(tokenizer)]
+    encoders = [TextEncoder(tokenizer, backend="fastokens", span_cache_size=0), TextEncoder(tokenizer, backend="fastokens")]
     assert encoders[0]._rank_bpe is encoders[1]._rank_bpe and encoders[0].backend == "fastokens"
     source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
     texts = [f"<|im_start|>user\n{source[k * 500 : k * 500 + 20_000]}<|im_end|>\n<think>{k}</think>" for k in range(24)]
@@ -627,7 +635,8 @@ def test_warm_equals_cold(name):
     """Warm (span cache) == cold, on the one-call path too, where only spans of LONG_CHARS or more are
     looked up: a shared ASCII block, a shared block NFC changes, short and long spans between tokens."""
     tokenizer = load_tokenizer(_tokenizer_dir(name))
-    warm, cold = TextEncoder(tokenizer), TextEncoder(tokenizer, span_cache_size=0)
+    warm = TextEncoder(tokenizer, backend="fastokens")
+    cold = TextEncoder(tokenizer, backend="fastokens", span_cache_size=0)
     system = "You are a careful assistant. " * 150
     decomposed = "cafe\u0301 nai\u0308ve \u2126 " * 80  # NFC changes it (qwen3's normalizer)
     assert len(system) >= warm._cache.MARKED_LONG_CHARS and len(decomposed) >= warm._cache.LONG_CHARS
@@ -737,7 +746,7 @@ def test_trimmed_offsets_are_left_to_the_library():
     data = json.loads(Tokenizer.from_file(str(_tokenizer_dir("qwen3") / "tokenizer.json")).to_str())
     data["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     tokenizer = Tokenizer.from_str(json.dumps(data))
-    encoder = TextEncoder(tokenizer)
+    encoder = TextEncoder(tokenizer, backend="fastokens")
     assert encoder.backend == "fastokens" and not encoder._offsets_from_lengths
     text = "hello   world, again <|im_end|> more"
     whole = tokenizer.encode(text, add_special_tokens=False)

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import forksafe
 from ..parsing import as_token_ids
 from ..turns import cut_at_stop, tool_names
 from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
@@ -44,6 +45,12 @@ class PromptMemo:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple[int, ...], tuple[list[Message], list[ToolSpec] | None]] = OrderedDict()
+        forksafe.track(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (rllm_renderers.forksafe): a new lock, nothing remembered."""
+        self._lock = threading.Lock()
+        self._items = OrderedDict()
 
     def remember(self, ids: Sequence[int], messages: list[Message], tools: list[ToolSpec] | None) -> None:
         entry = (copy.deepcopy(list(messages)), copy.deepcopy(tools))

@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from .. import forksafe
 from ..types import ParsedResponse, ParsedToolCall, RenderedTokens, ToolCallParseStatus
 from ..parsing import as_token_ids
 from .bridge import cut_at_stop
@@ -86,6 +87,14 @@ def create(family: str, tokenizer: Any, chat_template_kwargs: dict[str, Any] | N
 # --- openai_harmony's vocabulary, offline -----------------------------------------------
 
 _harmony_lock = threading.Lock()
+
+
+def _new_harmony_lock() -> None:
+    global _harmony_lock
+    _harmony_lock = threading.Lock()
+
+
+forksafe.in_child(_new_harmony_lock)
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -251,6 +260,14 @@ class PrimeAdapter:
 
 _prime_classes: dict[type, type] = {}
 _prime_classes_lock = threading.Lock()
+
+
+def _new_prime_classes_lock() -> None:
+    global _prime_classes_lock
+    _prime_classes_lock = threading.Lock()
+
+
+forksafe.in_child(_new_prime_classes_lock)
 
 
 def config_class_for(generated_cls: type) -> type:
