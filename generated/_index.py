@@ -54,7 +54,7 @@ RENDERERS = {
     ),
     "gpt_oss_harmony": (
         "GptOssHarmonyRenderer",
-        "c5070d8cf5afb12895c89d59ae4f6e2f723dbeafa458717e563a92cc338f7cf7",
+        "9c34c24d772e28873a63e3b677f9d6ff57add60d85221aebb9ad314943a3fb57",
         ("openai/gpt-oss-harmony",),
     ),
     "kimi_k2": (

@@ -1,7 +1,7 @@
 """GptOssHarmony renderer, compiled from a Jinja chat template.
 
 Models: openai/gpt-oss-harmony
-Template: gpt-oss-harmony.jinja (sha256 c5070d8cf5afb12895c89d59ae4f6e2f723dbeafa458717e563a92cc338f7cf7)
+Template: gpt-oss-harmony.jinja (sha256 9c34c24d772e28873a63e3b677f9d6ff57add60d85221aebb9ad314943a3fb57)
 Compiled by: rllm-renderers compiler 0.1.0, verified against transformers 5.23.0
 Regenerate: python -m compiler generate --model openai/gpt-oss-harmony --corpus ../shared/corpus
 
@@ -16,7 +16,7 @@ from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
 class GptOssHarmonyRenderer(GeneratedRenderer):
     r"""Renders openai/gpt-oss-harmony conversations exactly as its chat template does.
 
-    Template knobs (constructor keywords): model_identity, reasoning_effort.
+    Template knobs (constructor keywords): conversation_start_date, model_identity, reasoning_effort.
     Tool-call arguments: the template consumes dicts or JSON strings, rendered as given.
 
     Assistant turns end with '<|return|>' (stops: '<|return|>', '<|call|>');
@@ -33,8 +33,8 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
     """
 
     MODEL_IDS = ("openai/gpt-oss-harmony",)
-    TEMPLATE_SHA256 = "c5070d8cf5afb12895c89d59ae4f6e2f723dbeafa458717e563a92cc338f7cf7"
-    KNOBS = ("model_identity", "reasoning_effort")
+    TEMPLATE_SHA256 = "9c34c24d772e28873a63e3b677f9d6ff57add60d85221aebb9ad314943a3fb57"
+    KNOBS = ("conversation_start_date", "model_identity", "reasoning_effort")
     SPECIAL_TOKENS = {}
     ROLES = ("assistant", "developer", "system", "tool", "user")
     TOOL_ARGUMENTS = "either"
@@ -58,66 +58,73 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
         """The chat template, statement by statement (``# L<n>`` is its line)."""
+        conversation_start_date = self.knobs["conversation_start_date"]
         model_identity = self.knobs["model_identity"]
         reasoning_effort = self.knobs["reasoning_effort"]
-        # L12: {% if %}
+        # L13: {% if %}
         if not jinja.is_defined(reasoning_effort) or reasoning_effort is None:
             reasoning_effort = "medium"
-        # L15: {% if %}
+        # L16: {% if %}
         if reasoning_effort not in ["low", "medium", "high"]:
             raise jinja.TemplateError("harmony has no reasoning effort " + str(reasoning_effort))
-        # L18: {% if %}
+        # L19: {% if %}
         if not jinja.is_defined(model_identity) or model_identity is None:
             model_identity = "You are ChatGPT, a large language model trained by OpenAI."
-        # L21: {% if %}
+        # L22: {% if %}
         if not isinstance(model_identity, str):
             raise jinja.TemplateError("model_identity must be a string")
+        # L25: {% if %}
+        if not jinja.is_defined(conversation_start_date) or conversation_start_date is None:
+            conversation_start_date = jinja.strftime_now("%Y-%m-%d")
+        # L28: {% if %}
+        if not isinstance(conversation_start_date, str):
+            raise jinja.TemplateError("conversation_start_date must be a string")
         out.append(
             "<|start|>system<|message|>"
             + str(model_identity)
             + "\nKnowledge cutoff: 2024-06\nCurrent date: "
-            + str(jinja.strftime_now("%Y-%m-%d"))
+            + str(conversation_start_date)
             + "\n\nReasoning: "
             + str(reasoning_effort)
             + "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message."
         )
-        # L91: {% if %}
+        # L98: {% if %}
         if tools:
             out.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
         out.append("<|end|>")
         ns = jinja.Namespace(instructions="", start=0, first_final=-1, last_is_final=False, latest_call=None)
-        # L98: {% if %}
+        # L105: {% if %}
         if messages and (messages[0]["role"] == "system" or messages[0]["role"] == "developer"):
             ns.instructions = self.macro_text(messages[0]["content"])
             ns.start = 1
-        # L102: {% if %}
+        # L109: {% if %}
         if ns.instructions or tools:
             out.append("<|start|>developer<|message|>")
-            # L104: {% if %}
+            # L111: {% if %}
             if ns.instructions:
                 out.append("# Instructions\n\n")
                 out.append_content(str(ns.instructions))
                 out.append("\n\n" if tools else "")
-            # L108: {% if %}
+            # L115: {% if %}
             if tools:
                 out.append("# Tools\n\n## functions\n\nnamespace functions {\n\n")
-                # L110: {% for %}
+                # L117: {% for %}
                 for tool in tools:
                     function = tool["function"] if jinja.is_defined(tool["function"]) else tool
-                    # L112: {% if %}
+                    # L119: {% if %}
                     if jinja.is_defined(jinja.getattribute(function, "description")) and jinja.getattribute(
                         function, "description"
                     ):
                         pieces = jinja.getattribute(function, "description").split("\n")
-                        # L116: {% for %}
+                        # L123: {% for %}
                         items = list(pieces)
                         for piece_index, piece in enumerate(items):
-                            # L117: {% if %}
+                            # L124: {% if %}
                             if piece_index != len(items) - 1:
                                 out.append("// " + str(piece[:-1] if piece.endswith("\r") else piece) + "\n")
                             elif piece:
                                 out.append("// " + str(piece) + "\n")
-                    # L124: {% if %}
+                    # L131: {% if %}
                     if (
                         jinja.is_defined(jinja.getattribute(function, "parameters"))
                         and jinja.getattribute(function, "parameters") is not None
@@ -133,19 +140,19 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                         out.append("type " + str(jinja.getattribute(function, "name")) + " = () => any;\n\n")
                 out.append("} // namespace functions")
             out.append("<|end|>")
-        # L136: {% for %}
+        # L143: {% for %}
         for message_index, message in enumerate(messages[ns.start :]):
-            # L137: {% if %}
+            # L144: {% if %}
             if message["role"] == "assistant":
                 ns.last_is_final = not message["tool_calls"]
-                # L139: {% if %}
+                # L146: {% if %}
                 if not message["tool_calls"] and ns.first_final < 0:
                     ns.first_final = message_index
-        # L145: {% for %}
+        # L152: {% for %}
         items = list(messages[ns.start :])
         for message_index, message in enumerate(items):
             out.mark_message(message)
-            # L146: {% if %} on the message's role
+            # L153: {% if %} on the message's role
             if message["role"] == "user":
                 self.render_user(out, message)
             elif message["role"] == "assistant":
@@ -155,36 +162,36 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             else:
                 raise jinja.TemplateError("harmony has no place for a " + str(message["role"]) + " message here")
         out.mark_scaffold()
-        # L198: {% if %}
+        # L205: {% if %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
     @jinja.memoized_macro
     def macro_text(self, content=jinja.Undefined("content")):
-        """The template's macro text (lines 25-31)."""
+        """The template's macro text (lines 32-38)."""
         parts_ = []
-        # L26: {% if %}
+        # L33: {% if %}
         if isinstance(content, str):
             parts_.append(content)
         elif jinja.is_iterable(content) and not jinja.is_mapping(content):
-            # L29: {% for %}
+            # L36: {% for %}
             for part in content:
-                # L30: {% if %}
+                # L37: {% if %}
                 if jinja.is_mapping(part) and part["type"] == "text":
                     parts_.append(str(part["text"] if jinja.is_defined(part["text"]) else ""))
         return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_ts_type(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
-        """The template's macro ts_type (lines 38-68)."""
+        """The template's macro ts_type (lines 45-75)."""
         parts_ = []
-        # L39: {% if %}
+        # L46: {% if %}
         if (
             jinja.is_defined(jinja.getattribute(schema, "type"))
             and not isinstance(jinja.getattribute(schema, "type"), str)
             and jinja.is_iterable(jinja.getattribute(schema, "type"))
         ):
-            # L40: {% for %}
+            # L47: {% for %}
             for item_index, item in enumerate(jinja.getattribute(schema, "type")):
                 parts_.append((" | " if item_index != 0 else "") + self.macro_ts_type({"type": item}, indent))
         elif (
@@ -192,7 +199,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             and jinja.is_defined(jinja.getattribute(schema, "enum"))
             and jinja.getattribute(schema, "enum")
         ):
-            # L44: {% for %}
+            # L51: {% for %}
             for value_index, value in enumerate(jinja.getattribute(schema, "enum")):
                 parts_.append((" | " if value_index != 0 else "") + '"' + str(value) + '"')
         elif jinja.getattribute(schema, "type") == "string":
@@ -213,7 +220,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
         elif jinja.getattribute(schema, "type") == "array" and not jinja.is_defined(jinja.getitem(schema, "items")):
             parts_.append("Array<any>")
         elif jinja.getattribute(schema, "type") == "object":
-            # L60: {% if %}
+            # L67: {% if %}
             if jinja.is_defined(jinja.getattribute(schema, "description")):
                 parts_.append(str(indent) + "    // " + str(jinja.getattribute(schema, "description")) + "\n")
             parts_.append("{\n" + self.macro_ts_properties(schema, str(indent) + "    ") + str(indent) + "    }")
@@ -223,20 +230,20 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_ts_properties(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
-        """The template's macro ts_properties (lines 72-83)."""
+        """The template's macro ts_properties (lines 79-90)."""
         parts_ = []
         required = (
             jinja.getattribute(schema, "required")
             if jinja.is_defined(jinja.getattribute(schema, "required")) and jinja.getattribute(schema, "required")
             else []
         )
-        # L74: {% if %}
+        # L81: {% if %}
         if jinja.is_defined(jinja.getattribute(schema, "properties")) and jinja.is_mapping(
             jinja.getattribute(schema, "properties")
         ):
-            # L75: {% for %}
+            # L82: {% for %}
             for name, property_ in jinja.getattribute(schema, "properties").items():
-                # L76: {% if %}
+                # L83: {% if %}
                 if jinja.is_defined(jinja.getattribute(property_, "description")):
                     parts_.append(str(indent) + "// " + str(jinja.getattribute(property_, "description")) + "\n")
                 parts_.append(
@@ -247,36 +254,36 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                     + self.macro_ts_type(property_, indent)
                     + ","
                 )
-                # L80: {% if %}
+                # L87: {% if %}
                 if jinja.is_defined(jinja.getattribute(property_, "default")):
                     parts_.append(" // default: " + jinja.tojson(jinja.getattribute(property_, "default")))
                 parts_.append("\n")
         return jinja.concat(parts_)
 
     def render_user(self, out, message):
-        """The template's user branch of the message loop (lines 146-147)."""
+        """The template's user branch of the message loop (lines 153-154)."""
         out.append("<|start|>user<|message|>")
         out.append_content(self.macro_text(message["content"]))
         out.append("<|end|>")
 
     def render_assistant(self, out, message, message_index, ns, items, add_generation_prompt):
-        """The template's assistant branch of the message loop (lines 148-168)."""
+        """The template's assistant branch of the message loop (lines 155-175)."""
         reasoning = (
             message["reasoning_content"]
             if jinja.is_defined(message["reasoning_content"]) and isinstance(message["reasoning_content"], str)
             else ""
         )
-        # L150: {% if %}
+        # L157: {% if %}
         if reasoning and not (ns.last_is_final and message_index <= ns.first_final):
             out.append("<|start|>assistant<|channel|>analysis<|message|>" + str(reasoning) + "<|end|>")
-        # L153: {% if %}
+        # L160: {% if %}
         if message["tool_calls"]:
-            # L154: {% if %}
+            # L161: {% if %}
             if self.macro_text(message["content"]):
                 out.append("<|start|>assistant<|channel|>commentary<|message|>")
                 out.append_content(self.macro_text(message["content"]))
                 out.append("<|end|>")
-            # L158: {% for %}
+            # L165: {% for %}
             for tool_call in message["tool_calls"]:
                 call = tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call
                 out.append(
@@ -297,27 +304,27 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             out.append("<|return|>" if message_index == len(items) - 1 and not add_generation_prompt else "<|end|>")
 
     def render_tool(self, out, message, message_index, ns, messages):
-        """The template's tool branch of the message loop (lines 170-193)."""
+        """The template's tool branch of the message loop (lines 177-200)."""
         answer = jinja.Namespace(name=ns.latest_call, by_id="")
-        # L174: {% if %}
+        # L181: {% if %}
         if jinja.is_defined(message["tool_call_id"]):
-            # L175: {% for %}
+            # L182: {% for %}
             for earlier in messages[ns.start :][:message_index]:
-                # L176: {% if %}
+                # L183: {% if %}
                 if earlier["role"] == "assistant" and earlier["tool_calls"]:
-                    # L177: {% for %}
+                    # L184: {% for %}
                     for tool_call in earlier["tool_calls"]:
-                        # L178: {% if %}
+                        # L185: {% if %}
                         if jinja.is_defined(tool_call["id"]) and tool_call["id"] == message["tool_call_id"]:
                             answer.by_id = jinja.getattribute(
                                 tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call, "name"
                             )
-        # L185: {% if %}
+        # L192: {% if %}
         if jinja.is_defined(message["name"]) and message["name"]:
             answer.name = message["name"]
         elif answer.by_id:
             answer.name = answer.by_id
-        # L190: {% if %}
+        # L197: {% if %}
         if answer.name is None:
             raise jinja.TemplateError("a tool result answers no tool call")
         out.append("<|start|>functions." + str(answer.name) + " to=assistant<|channel|>commentary<|message|>")
