@@ -21,7 +21,7 @@ from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
 from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
-from .turns import tool_names
+from .turns import close_lead_of, content_lead_of, tool_names
 from .unencodable import refuse_unencodable
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
@@ -682,21 +682,11 @@ class GeneratedRenderer(ABC):
         text = decoded.text if decoded is not None else self.encoder.decode(ids)
         text, text_stop = cut_at_stop_string(text, facts.stop_strings)
         stop = text_stop or stop
-        close_lead = ""
-        if self.TURN is not None and stop:
-            # the close's text before its stop (``\n`` of ``\n</assistant>``), or, when the next
-            # header ended the turn, what the template writes before that header, is not content
-            turn = self.TURN
-            lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
-            lead = lead if turn.close else turn.after_close
-            if lead and text.endswith(lead):
-                text, close_lead = text[: len(text) - len(lead)], lead
+        close_lead = close_lead_of(self.TURN, text, stop) if self.TURN is not None else ""
+        text = text[: len(text) - len(close_lead)]
         if self.UNLEARNED:
             return _ParsedTurn(None, text, ids, decoded, 0)
-        lead = self.TURN.content_lead
-        if tools and self.TURN.content_lead_with_tools is not None:
-            lead = self.TURN.content_lead_with_tools
-        skipped = len(lead) if lead and text.startswith(lead) else 0
+        skipped = len(content_lead_of(self.TURN, text, tools))
         text = text[skipped:]
         reasoning = self.REASONING
         if for_template and reasoning is not None and reasoning.in_content:

@@ -628,7 +628,7 @@ def bridged_tokens(
             raise RuntimeError("the encoder gave other ids with offsets than without: please report this")
         part_starts = output.part_starts()
         offsets = offsets[1:]
-        indices = new_message_indices(output.message_spans(part_starts), [shift + offset for offset in offsets], first_new)
+        indices = new_message_indices(output.attributed_spans(part_starts), [shift + offset for offset in offsets], first_new)
         return indices, inside_ranges(offsets, in_suffix(output.content_ranges(part_starts)))
 
     token_ids = prefix  # the caller's fresh prompt + completion list

@@ -9,11 +9,14 @@ last user query, comes from it), so it recovers that history from the prompt its
    user or tool message is a *needle*: the template renders the candidate conversation with a
    unique placeholder as that message's content, and the render, with each placeholder turned
    into a capture group and the rest escaped, must match the prompt's text from its start up to
-   that message's content. An assistant turn is read the way a sampled turn is: from the
-   template's turn opening to the turn's first stop, parsed with the learned reasoning and
-   tool-call syntax (or, failing that, as one content placeholder parsed afterwards).
+   that message's content (a capture never holds a stop, the turn opening or one of the markers the
+   template writes around messages, and each message must move the match on). An assistant turn is read the way a sampled turn is: from the
+   template's turn opening to the turn's first stop or to the close the template writes in
+   history, parsed with the learned reasoning and tool-call syntax (and as one content
+   placeholder, parsed afterwards).
 2. **Match.** A candidate conversation is complete when its render with the generation prompt
-   matches the whole text; the captures give the needles' contents.
+   matches the whole text; the captures give the needles' contents. The search runs to its end,
+   so every reading of the text is found (more than :data:`MAX_READINGS` is ambiguous).
 3. **Prove.** The bridge then treats the recovered conversation as a caller's ``messages=``
    that it cannot vouch for: the template's render of it must encode to exactly the prompt's
    ids (:func:`rllm_renderers.bridge.renders_previous_prompt`), in both retention policies.
@@ -21,7 +24,7 @@ last user query, comes from it), so it recovers that history from the prompt its
    result answers, reasoning the template dropped, content it never writes). Each such field
    is given other values (:func:`hidden_variants`); a variant whose render is still the prompt's
    text is a conversation the prompt cannot tell apart from the recovered one, and the bridge
-   goes on only when every such variant gives the same tokens.
+   goes on only when every such variant, and every other reading, gives the same tokens.
 
 A prompt that cannot be split, matched or proven gets no bridge (None), with the reason logged
 once per renderer class. Cost: a few template runs per message of the prompt, once per prompt
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import template_runtime as jinja
 from .parsing import parse_text
+from .turns import close_lead_of, content_lead_of
 from .types import Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,8 +55,10 @@ NEEDLE = re.compile(f"{NEEDLE_OPEN}(\\d+){NEEDLE_CLOSE}")
 RUN_BUDGET = 4000
 ROLES_READ_AS_NEEDLES = ("system", "user", "tool")
 HISTORY_CLOSES_TRIED = 4  # where a history turn may end: its first few closes
-FILLER = 999_999
-MAX_READINGS = 8  # conversations one text may read as before it counts as ambiguous  # the placeholder of a message added only so that the template renders the others
+FILLER = 999_999  # the placeholder of a message added only so that the template renders the others
+MAX_READINGS = 8  # conversations one text may read as before it counts as ambiguous
+FRAME = 40  # characters either side of a message's text looked at for the tags that frame it
+TAG = re.compile(r"</?[A-Za-z_][\w.:-]{0,30}>|\[/?[A-Z_]{2,20}\]")  # <tool_result>, [INST]
 _explained: set[tuple[type, str]] = set()
 
 
@@ -112,19 +118,24 @@ class Reader:
     def markers(self) -> set[str]:
         """The tokenizer's added tokens the template itself writes around messages (found in a render
         of one message of each role): a message's text holding one would be ambiguous."""
-        literal = ""
+        rendered = ""
         for roles in (("system", "user", "assistant", "tool", "user"), ("system", "user", "assistant", "user")):
             probe = [{"role": role, "content": needle(number)} for number, role in enumerate(roles)]
             output = self.render([m for m in probe if m["role"] in (self.renderer.ROLES or (m["role"],))], True)
             if output is not None:
-                literal = NEEDLE.sub("", output.text())
+                rendered = output.text()
                 break
+        literal = NEEDLE.sub("", rendered)
         # (not runs of white space or plain words, which tokenizers such as Gemma's also add)
-        return {
+        added = {
             token
             for token in self.renderer.encoder.added_token_strings
             if token.strip() and not token.strip().isalnum() and token in literal
         }
+        # and the tags that frame a message's text in plain text (DeepSeek-V4 writes a tool result as
+        # a user turn holding `<tool_result>...</tool_result>`): the text right around each placeholder
+        frames = "".join(part[:FRAME] + part[-FRAME:] for part in NEEDLE.split(rendered)[::2])
+        return added | set(TAG.findall(frames))
 
     # a render of candidate messages, as text and as the message spans the template marked
     def render(self, messages: list[Message], add_generation_prompt: bool):
@@ -149,8 +160,9 @@ class Reader:
     def pattern(self, rendered: str) -> str:
         """A regular expression for ``rendered``: its placeholders are captures (a placeholder the
         template writes again must capture the same text), the rest literal. A capture never runs
-        across a turn boundary (a stop, or the turn opening): a message's text that holds one is
-        read as the turns it spells out, or not at all."""
+        across a turn boundary (a stop, the turn opening, or an added token the template writes
+        around messages: :meth:`markers`): a message's text that holds one is read as the turns it
+        spells out, or not at all."""
         parts, seen, position = [], set(), 0
         for match in NEEDLE.finditer(rendered):
             parts.append(re.escape(rendered[position : match.start()]))
@@ -171,6 +183,7 @@ class Reader:
         in two ways is known to."""
         readings = []
         for reading in self.search(Candidate([])):
+            reading = self.without_invisible_messages(reading)
             if reading not in readings:
                 readings.append(reading)
             if len(readings) > MAX_READINGS:
@@ -178,6 +191,20 @@ class Reader:
         if not readings:
             raise Unrecoverable("split: no conversation the template renders to this prompt's text")
         return readings
+
+    def without_invisible_messages(self, messages: list[Message]) -> list[Message]:
+        """``messages`` without the empty ones whose absence the template's text does not show
+        (DeepSeek-V4 writes an empty system message as nothing): one reading, not one per place."""
+        text = self.render(messages, True)
+        for index in reversed(range(len(messages))):
+            message = messages[index]
+            if message.get("content") != "" or message.get("role") not in ROLES_READ_AS_NEEDLES:
+                continue
+            shorter = messages[:index] + messages[index + 1 :]
+            output = self.render(shorter, True) if shorter else None
+            if output is not None and text is not None and output.text() == text.text():
+                messages = shorter
+        return messages
 
     def search(self, candidate: Candidate):
         if candidate.messages:
@@ -210,7 +237,9 @@ class Reader:
                 continue
             rendered = output.text()
             at = rendered.find(needle(number))
-            match = self.matches_prefix(rendered[:at]) if at >= 0 else None
+            if at < 0 or not rendered[: at].rsplit(NEEDLE_CLOSE, 1)[-1].strip():
+                continue  # nothing but white space sets it apart from the message before: not readable
+            match = self.matches_prefix(rendered[:at])
             if match is not None and match.end() > candidate.position:
                 yield candidate.with_message(message, match.end(), 1)
         if "assistant" in (self.renderer.ROLES or ("assistant",)):
@@ -318,17 +347,9 @@ def unanswered_call(messages: list[Message]) -> dict | None:
 def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: str, tools: Any) -> Message | None:
     """The assistant message a turn's text (after the opening, before its stop) encodes, parsed as
     ``parse_response`` parses a sampled turn; None when it does not parse cleanly."""
-    turn = renderer.TURN
-    lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
-    lead = lead if turn.close else turn.after_close
-    close_lead = ""
-    if lead and text.endswith(lead):
-        text, close_lead = text[: len(text) - len(lead)], lead
-    content_lead = turn.content_lead
-    if tools and turn.content_lead_with_tools is not None:
-        content_lead = turn.content_lead_with_tools
-    if content_lead and text.startswith(content_lead):
-        text = text[len(content_lead) :]
+    close_lead = close_lead_of(renderer.TURN, text, stop)
+    text = text[: len(text) - len(close_lead)]
+    text = text[len(content_lead_of(renderer.TURN, text, tools)) :]
     reasoning = renderer.REASONING
     if reasoning is not None and reasoning.in_content:
         reasoning = None  # the template reads the block out of the content itself

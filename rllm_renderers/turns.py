@@ -4,7 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .formats import TurnFormat
 from .types import Message
+
+
+def close_lead_of(turn: TurnFormat, text: str, stop: str | None) -> str:
+    """The close's text before its stop that ends ``text`` (``\n`` of ``\n</assistant>``), or, when the
+    next header ended the turn, what the template writes before that header; "" for none. Not content."""
+    if not stop:
+        return ""
+    lead = turn.close[: len(turn.close) - len(stop)] if turn.close.endswith(stop) else ""
+    lead = lead if turn.close else turn.after_close
+    return lead if lead and text.endswith(lead) else ""
+
+
+def content_lead_of(turn: TurnFormat, text: str, tools) -> str:
+    """The lead the template writes before a plain answer's content that starts ``text`` ("" for none):
+    sampled, but not content (``TurnFormat.content_lead``, or its tool-declaring variant)."""
+    lead = turn.content_lead
+    if tools and turn.content_lead_with_tools is not None:
+        lead = turn.content_lead_with_tools
+    return lead if lead and text.startswith(lead) else ""
 
 
 def cut_at_stop(completion: list[int], stop_ids: Sequence[int], close_id: int | None) -> list[int] | None:

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.families import ALL_FAMILIES, REPO
-from tests.turn_sampling import sampled_turn, template_suffix
+from tests.turn_sampling import reasoned_turn, sampled_turn, template_suffix
 
 CLIENTS = Path(os.environ.get("RLLM_CLIENTS", REPO.parent / "shared" / "clients"))
 GATEWAY_SOURCE = CLIENTS / "rllm-model-gateway" / "src"
@@ -107,7 +107,20 @@ def episodes(reasoning: bool) -> list[tuple[list[dict], list | None]]:
         {"role": "tool", "tool_call_id": "call_d", "content": "Cloudy, 17 C"},
         answer("Rome is cloudy at 17 C."),
     ]
-    return [(chat, None), (tool_use, TOOLS)]
+    one_call_at_a_time = [  # (Llama-3.x takes one call per turn)
+        {"role": "system", "content": "Use the tools when they help."},
+        {"role": "user", "content": "Weather in Oslo?"},
+        answer(None, think("One call."), [call("call_e", "get_weather", city="Oslo")]),
+        {"role": "tool", "tool_call_id": "call_e", "content": "Snow, -3 C"},
+        answer("Oslo has snow at -3 C.", think("Report it.")),
+        {"role": "user", "content": "And the time there?"},
+        answer(None, think("Another call."), [call("call_f", "get_time", zone="Europe/Oslo")]),
+        {"role": "tool", "tool_call_id": "call_f", "content": "14:02"},
+        answer("It is 14:02 in Oslo.", think("Done.")),
+        {"role": "user", "content": "Thanks!"},
+        answer("You're welcome."),
+    ]
+    return [(chat, None), (tool_use, TOOLS), (one_call_at_a_time, TOOLS)]
 
 
 # --- servers ------------------------------------------------------------------------------
@@ -264,7 +277,10 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
     for turn, index in enumerate(turns):
         history, assistant = script[:index], script[index]
         following = turns[turn + 1] if turn + 1 < len(turns) else len(script)
-        sampled = sampled_turn(sampler, history, assistant, tools, script[index + 1 : following])
+        # (QwQ and DeepSeek-R1 cut reasoning out of the content: their model samples a reasoning block first)
+        sampled = sampled_turn(sampler, history, assistant, tools, script[index + 1 : following]) or reasoned_turn(
+            sampler, history, assistant, tools
+        )
         if sampled is None or len(sampler.parse_response(sampled[1], tools=tools).tool_calls) != len(
             assistant.get("tool_calls") or []
         ):  # (DeepSeek-V3 drops the calls of a turn with content "", which transformers 5 needs)
@@ -280,8 +296,9 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
             raise AssertionError(f"gateway answered {response.status_code}: {response.text[:500]}")
         endpoint, prompt = worker.requests[seen]
         if turn > 0:
-            count_turn(sampler, worker, history, tools, previous, endpoint, prompt, retention, counts, log.reasons[reasons:])
-        previous = (prompt, sampled[1])
+            count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt, retention, counts,
+                       log.reasons[reasons:])
+        previous = (prompt, sampled[1], index)
 
 
 def playable(worker, script, tools) -> list | None:
@@ -303,10 +320,10 @@ def playable(worker, script, tools) -> list | None:
     return None
 
 
-def count_turn(sampler, worker, history, tools, previous, endpoint, prompt, retention, counts, reasons) -> None:
+def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt, retention, counts, reasons) -> None:
     """Classify a turn from the second on: bridged (right or wrong) or reset (and whether it may be)."""
     counts["turns"] += 1
-    history = worker.normalize(history)
+    history = worker.normalize(script[:index])
     full = worker.tokenizer.apply_chat_template(
         history, tools=tools, chat_template=worker.template, add_generation_prompt=True, tokenize=True, return_dict=False
     )
@@ -316,6 +333,9 @@ def count_turn(sampler, worker, history, tools, previous, endpoint, prompt, rete
         counts["resets"] += 1
         if not keeps_history:
             reason = "the template rewrites the history"
+        elif answers_depend_on_call_ids(sampler, script, previous, index, tools):
+            keeps_history = False  # (the bridge must not guess which result answers which call)
+            reason = "the results' order depends on call ids the completion does not carry"
         else:
             reason = reasons[-1] if reasons else "no reason logged"
         counts[f"reset: {reason}"] += 1
@@ -334,6 +354,23 @@ def count_turn(sampler, worker, history, tools, previous, endpoint, prompt, rete
     else:
         expected = None  # the template rewrites the history: no bridge is right
     counts["wrong"] += prompt != expected
+
+
+def answers_depend_on_call_ids(sampler, script, previous, index, tools) -> bool:
+    """Whether the new tool results render otherwise when the previous turn's calls (whose ids its
+    completion does not carry) had their ids in another order (DeepSeek-V4 sorts results by call id)."""
+    turn = previous[2]
+    assistant, calls = script[turn], script[turn].get("tool_calls") or []
+    if len(calls) < 2 or any(call.id for call in sampler.parse_response(previous[1], tools=tools).tool_calls):
+        return False
+    swapped = {**assistant, "tool_calls": [{**call, "id": calls[-1 - k]["id"]} for k, call in enumerate(calls)]}
+    conversation = script[:index]
+    try:
+        return sampler.render_ids([*conversation[:turn], swapped, *conversation[turn + 1 :]], tools=tools) != (
+            sampler.render_ids(conversation, tools=tools)
+        )
+    except ValueError:
+        return True
 
 
 def real_tokenizer_families() -> list:
