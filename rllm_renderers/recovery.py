@@ -148,14 +148,16 @@ class Reader:
         except ValueError:  # the template refuses this candidate
             return None
 
-    def render_start(self, messages: list[Message]):
-        """A render of the first messages of a conversation, to compare with the text's start. A
-        template that refuses a conversation for what it lacks so far ("No user query found") gets
-        a user message after them, which the comparison stops before."""
-        output = self.render(messages, False)
-        if output is None:
-            output = self.render([*messages, {"role": "user", "content": needle(FILLER)}], False)
-        return output
+    def starts(self, messages: list[Message]):
+        """Renders of the first messages of a conversation, to compare with the text's start: as
+        they are, then followed by a user message, which the comparison stops before. The template
+        may write earlier turns otherwise when a user query follows them (Qwen3.5 drops an empty
+        reasoning block before the last one), or refuse a conversation for what it lacks so far
+        ("No user query found")."""
+        for conversation in (messages, [*messages, {"role": "user", "content": needle(FILLER)}]):
+            output = self.render(conversation, False)
+            if output is not None:
+                yield output.text()
 
     def pattern(self, rendered: str) -> str:
         """A regular expression for ``rendered``: its placeholders are captures (a placeholder the
@@ -232,16 +234,14 @@ class Reader:
             if role not in ROLES_READ_AS_NEEDLES:
                 continue
             message = needle_message(role, needle(number), candidate.messages)
-            output = self.render_start([*candidate.messages, message])
-            if output is None:
-                continue
-            rendered = output.text()
-            at = rendered.find(needle(number))
-            if at < 0 or not rendered[: at].rsplit(NEEDLE_CLOSE, 1)[-1].strip():
-                continue  # nothing but white space sets it apart from the message before: not readable
-            match = self.matches_prefix(rendered[:at])
-            if match is not None and match.end() > candidate.position:
-                yield candidate.with_message(message, match.end(), 1)
+            for rendered in self.starts([*candidate.messages, message]):
+                at = rendered.find(needle(number))
+                if at < 0 or not rendered[:at].rsplit(NEEDLE_CLOSE, 1)[-1].strip():
+                    break  # nothing but white space sets it apart from the message before: not readable
+                match = self.matches_prefix(rendered[:at])
+                if match is not None and match.end() > candidate.position:
+                    yield candidate.with_message(message, match.end(), 1)
+                    break
         if "assistant" in (self.renderer.ROLES or ("assistant",)):
             yield from self.assistant_turns(candidate)
 

@@ -336,6 +336,9 @@ def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt
         elif answers_depend_on_call_ids(sampler, script, previous, index, tools):
             keeps_history = False  # (the bridge must not guess which result answers which call)
             reason = "the results' order depends on call ids the completion does not carry"
+        elif retention == "template" and hidden_reasoning_matters(sampler, script, previous, index, tools):
+            keeps_history = False  # (the prompt cannot say whether the history held it)
+            reason = "reasoning the prompt does not show would be written by the next render"
         else:
             reason = reasons[-1] if reasons else "no reason logged"
         counts[f"reset: {reason}"] += 1
@@ -373,6 +376,31 @@ def answers_depend_on_call_ids(sampler, script, previous, index, tools) -> bool:
         return True
 
 
+def hidden_reasoning_matters(sampler, script, previous, index, tools) -> bool:
+    """Whether reasoning on the earlier assistant turns, which the previous prompt does not show,
+    would be written by the render of the conversation that follows it (the gpt-oss harmony template
+    shows a tool-calling turn's analysis again once a tool result ends the conversation): then the
+    ids alone cannot tell whether the history held it, and no bridge is the right answer."""
+    turn = previous[2]
+
+    def reasoned(messages):
+        return [
+            {**m, "reasoning_content": "A thought."} if m["role"] == "assistant" and not m.get("reasoning_content") else m
+            for m in messages
+        ]
+
+    try:
+        prompt_alike = sampler.render_text(reasoned(script[:turn]), tools=tools, add_generation_prompt=True) == (
+            sampler.render_text(script[:turn], tools=tools, add_generation_prompt=True)
+        )
+        conversation = script[:index]
+        return prompt_alike and sampler.render_text(
+            [*reasoned(conversation[:turn]), *conversation[turn:]], tools=tools, add_generation_prompt=True
+        ) != sampler.render_text(conversation, tools=tools, add_generation_prompt=True)
+    except ValueError:
+        return False
+
+
 def real_tokenizer_families() -> list:
     chosen = os.environ.get("GATEWAY_FAMILIES")
     return [
@@ -399,8 +427,9 @@ def test_gateway_bridges_every_turn_the_template_keeps(family, retention):
     assert counts["turns"] > 0, summary
     assert counts["wrong"] == 0, summary
     assert counts["resets where the template keeps history"] == 0, summary
-    if retention == "verbatim":
-        assert counts["bridged"] == counts["turns"], summary
+    if retention == "verbatim":  # every turn bridges, but where the completion lacks what the template needs
+        allowed = counts["reset: the results' order depends on call ids the completion does not carry"]
+        assert counts["bridged"] + allowed == counts["turns"], summary
 
 
 def test_every_real_tokenizer_family_is_played():
