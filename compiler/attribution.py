@@ -106,11 +106,12 @@ def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, fr
     needle in ``text``."""
     marks: dict[int, frozenset[int]] = {}
     for needle, index in owners.items():
-        at = text.find(needle)
-        while at >= 0:
-            for offset in range(at, at + len(needle)):
-                marks[offset] = index
-            at = text.find(needle, at + 1)
+        for written in {needle, needle.upper(), needle.lower()}:  # (a template may change its case)
+            at = text.find(written)
+            while at >= 0:
+                for offset in range(at, at + len(written)):
+                    marks[offset] = index
+                at = text.find(written, at + 1)
     return marks
 
 
@@ -122,19 +123,34 @@ def actual_marks(caller_ranges: list[tuple[int, int, int]]) -> dict[int, int]:
 def attribution_mismatch(
     text: str, caller_ranges: list[tuple[int, int, int]], owners: dict[str, frozenset[int]]
 ) -> str | None:
-    """None when the marks are exactly where the needles are (see the module docstring), else what differs."""
+    """None when the marks are exactly where the needles are (see the module docstring), else what
+    differs: a wrong mark first (text marked as another message's, or marked though it is not caller
+    text), then caller text left unmarked (see :func:`only_unmarked`)."""
     expected, actual = expected_marks(text, owners), actual_marks(caller_ranges)
     for offset in sorted(expected):
-        if actual.get(offset) not in expected[offset]:
-            got = "unmarked" if offset not in actual else f"marked as message {actual[offset]}'s"
+        if offset in actual and actual[offset] not in expected[offset]:
             whose = " or ".join(map(str, sorted(expected[offset])))
-            return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {got}"
+            return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but marked as message {actual[offset]}'s"
     for offset in sorted(actual):
         if offset not in expected and text[offset] not in JSON_PUNCTUATION:
             return (
                 f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
             )
+    for offset in sorted(expected):
+        if offset not in actual:
+            whose = " or ".join(map(str, sorted(expected[offset])))
+            return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {UNMARKED}"
     return None
+
+
+UNMARKED = "unmarked"
+
+
+def only_unmarked(problem: str) -> bool:
+    """Whether an :func:`attribution_mismatch` is caller text the runtime lost the mark of (an
+    operation it does not carry marks through): the render is exact, its ``is_content`` incomplete.
+    ``verify`` counts these; a wrong mark fails it."""
+    return problem.endswith(f"but {UNMARKED}")
 
 
 def _around(text: str, offset: int) -> str:

@@ -116,7 +116,7 @@ def test_the_index_records_the_fingerprint_of_the_tokenizer_each_renderer_verifi
     recorded = 0
     for entry in generated_index():
         folder = folders[entry.family]
-        expected = tokenizer_fingerprint(_loaded(str(folder.relative_to(CORPUS / "tokenizers")))) if folder else None
+        expected = tokenizer_fingerprint(_loaded(str(folder.relative_to((CORPUS / "tokenizers").resolve())))) if folder else None
         assert entry.tokenizer_fingerprint == expected, entry.family
         recorded += expected is not None
     assert recorded >= 10  # every renderer with a corpus tokenizer (14 today)
@@ -264,7 +264,7 @@ def test_every_model_of_prime_s_map_whose_family_the_project_has_resolves_to_it(
         assert outcome_without_tokenizer(model) == expected, model
         folder = folders[expected]
         if folder is not None:  # and with the tokenizer the renderer was verified with, template-less
-            tok = tokenizer(str(folder.relative_to(CORPUS / "tokenizers")), name=model)
+            tok = tokenizer(str(folder.relative_to((CORPUS / "tokenizers").resolve())), name=model)
             assert outcome(tok) == ("generated", expected), model
         checked += 1
     assert checked >= 25 and modules
