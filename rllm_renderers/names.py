@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["PRIME_FAMILIES", "generated_family_for_prime", "model_spellings", "prime_family_of", "prime_model_map"]
 
 #: PrimeIntellect ``renderers`` family (its ``MODEL_RENDERER_MAP`` values and config names) -> the
-#: generated module rendering the same chat template. A family is listed only where its model
+#: generated modules rendering its chat templates. A family is listed only where its model
 #: map and our ``MODEL_IDS`` share a model (checked by tests/test_engine_entry_points.py), or, for
 #: the two below, where its reference is what our module was verified against:
 #: ``deepseek-v4`` (DeepSeek's Python encoder; their map lists only ``DeepSeek-V4-Flash-0731``)
@@ -27,26 +27,28 @@ __all__ = ["PRIME_FAMILIES", "generated_family_for_prime", "model_spellings", "p
 #: Not listed, as the project has no renderer for their templates: prime-qwen3, qwen3.6, qwen3.8,
 #: qwen3-vl, glm-4.5, glm-5.1, glm-5.3, deepseek-r1, kimi-k2.5, nemotron-3-ultra, nemotron-3.5,
 #: laguna-m.1, laguna-s-2.1, inkling, hy3.
-PRIME_FAMILIES: dict[str, str] = {
-    "qwen3": "qwen3",
-    "qwen3.5": "qwen3_5",
-    "gemma4": "gemma_4",
-    "glm-5": "glm_4_7_flash",
-    "minimax-m2": "minimax_m2",
-    "deepseek-v3": "deepseek_v3",
-    "deepseek-v4": "deepseek_v4",
-    "kimi-k2": "kimi_k2",
-    "nemotron-3": "nvidia_nemotron_3_nano",
-    "llama-3": "llama_3_2",
-    "laguna-xs.2": "laguna_xs_2",
-    "laguna-xs-2.1": "laguna_xs_2_1",
-    "gpt-oss": "gpt_oss_harmony",
+#: The first module of a family is the one its name alone gives; the prime-suite factory
+#: (``adapters/prime_config.py``) picks among them by the tokenizer's chat template.
+PRIME_FAMILIES: dict[str, tuple[str, ...]] = {
+    "qwen3": ("qwen3",),
+    "qwen3.5": ("qwen3_5",),
+    "gemma4": ("gemma_4",),
+    "glm-5": ("glm_4_7_flash",),
+    "minimax-m2": ("minimax_m2",),
+    "deepseek-v3": ("deepseek_v3",),
+    "deepseek-v4": ("deepseek_v4",),
+    "kimi-k2": ("kimi_k2",),
+    "nemotron-3": ("nvidia_nemotron_3_nano",),
+    "llama-3": ("llama_3_2", "llama_3_1"),
+    "laguna-xs.2": ("laguna_xs_2",),
+    "laguna-xs-2.1": ("laguna_xs_2_1",),
+    "gpt-oss": ("gpt_oss_harmony",),
 }
 
 
 def generated_family_for_prime(family: str) -> str | None:
     """The generated module of a PrimeIntellect family name, or None when the project has none."""
-    return PRIME_FAMILIES.get(family)
+    return PRIME_FAMILIES.get(family, (None,))[0]
 
 
 def prime_family_of(model: str) -> str | None:

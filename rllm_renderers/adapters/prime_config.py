@@ -25,28 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..names import PRIME_FAMILIES
 from ..registry import generated_index, served_by
 from .chat_template import chat_template_of, template_sha256
 
 __all__ = ["PRIME_FAMILIES", "generated_entry_for", "make_renderer", "renderer_options"]
 
-#: PrimeIntellect family (``config.name``) -> the generated renderers that implement it. Families
-#: missing here (prime-qwen3, qwen3.6, qwen3-vl, glm-5.x, kimi-k2.5, hy3, inkling, ...) have none.
-PRIME_FAMILIES: dict[str, tuple[str, ...]] = {
-    "qwen3": ("qwen3",),
-    "qwen3.5": ("qwen3_5",),
-    "llama-3": ("llama_3_1", "llama_3_2"),
-    "gpt-oss": ("gpt_oss_harmony",),
-    "deepseek-v3": ("deepseek_v3",),
-    "deepseek-v4": ("deepseek_v4",),
-    "gemma4": ("gemma_4",),
-    "glm-5": ("glm_4_7_flash",),
-    "kimi-k2": ("kimi_k2",),
-    "minimax-m2": ("minimax_m2",),
-    "nemotron-3": ("nvidia_nemotron_3_nano",),
-    "laguna-xs.2": ("laguna_xs_2",),
-    "laguna-xs-2.1": ("laguna_xs_2_1",),
-}
 #: PrimeIntellect's apply_chat_template wrapper: any generated renderer of the tokenizer's template.
 DEFAULT_FAMILY = "default"
 #: PrimeIntellect's thinking_retention -> ours.
