@@ -58,6 +58,8 @@ HISTORY_CLOSES_TRIED = 4  # where a history turn may end: its first few closes
 FILLER = 999_999  # the placeholder of a message added only so that the template renders the others
 MAX_READINGS = 8  # conversations one text may read as before it counts as ambiguous
 FRAME = 40  # characters either side of a message's text looked at for the tags that frame it
+#: Values given to fields a prompt may not show (private-use characters, as the placeholders).
+HIDDEN_REASONING, HIDDEN_CONTENT = "\ue002", "\ue003"
 TAG = re.compile(r"</?[A-Za-z_][\w.:-]{0,30}>|\[/?[A-Z_]{2,20}\]")  # <tool_result>, [INST]
 _explained: set[tuple[type, str]] = set()
 
@@ -370,8 +372,8 @@ def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: s
 
 def fill(message: Message, values: dict[int, str]) -> Message:
     """``message`` with each placeholder replaced by its captured text ("" for one the template
-    never wrote, which :func:`hidden_variants` then varies); an assistant placeholder's text is
-    parsed into the turn it holds."""
+    never wrote, which :func:`hidden_variants` then varies; an assistant placeholder's text is
+    parsed into the turn it holds by :func:`structured_turns`)."""
 
     def filled(text: str) -> str:
         return NEEDLE.sub(lambda match: values.get(int(match.group(1)), ""), text)
@@ -384,7 +386,11 @@ def structured_turns(renderer: "GeneratedRenderer", messages: list[Message], too
     (reasoning, tool calls), where it parses cleanly and differs."""
     structured = []
     for message in messages:
-        if message.get("role") == "assistant" and not message.get("tool_calls") and isinstance(message.get("content"), str):
+        if (
+            message.get("role") == "assistant"
+            and not message.get("tool_calls")
+            and isinstance(message.get("content"), str)
+        ):
             parsed = turn_message(renderer, message["content"], "", "", tools)
             if parsed is not None and parsed != {"role": "assistant", "content": message["content"]}:
                 message = parsed
@@ -404,16 +410,21 @@ def hidden_variants(messages: list[Message], hidden_contents: set[int]) -> list[
     if reversed_ids != messages:
         variants.append(reversed_ids)
     reasoned = [
-        {**message, "reasoning_content": "\ue002"}
-        if message.get("role") == "assistant" and not message.get("reasoning_content")
-        else message
+        (
+            {**message, "reasoning_content": HIDDEN_REASONING}
+            if message.get("role") == "assistant" and not message.get("reasoning_content")
+            else message
+        )
         for message in messages
     ]
     if reasoned != messages:
         variants.append(reasoned)
     if hidden_contents:
         variants.append(
-            [{**message, "content": "\ue003"} if index in hidden_contents else message for index, message in enumerate(messages)]
+            [
+                {**message, "content": HIDDEN_CONTENT} if index in hidden_contents else message
+                for index, message in enumerate(messages)
+            ]
         )
     return variants
 

@@ -23,7 +23,6 @@ the history (its full render extends the previous prompt + completion; under "ve
 ``python -m tests.test_gateway_client`` prints the per-family table.
 """
 
-
 import logging
 import os
 import socket
@@ -85,7 +84,7 @@ def episodes(reasoning: bool) -> list[tuple[list[dict], list | None]]:
         answer("I am an assistant.", think("The user greets me.")),
         {"role": "user", "content": "Tell me a fact about octopuses."},
         answer("Octopuses have three hearts.", think("A well-known fact.")),
-        {"role": "user", "content": "And one about the Moon, in \"quotes\"?"},
+        {"role": "user", "content": 'And one about the Moon, in "quotes"?'},
         answer('"The Moon drifts 3.8 cm away each year."', think("Quote it.")),
         {"role": "user", "content": "Thanks, bye."},
         answer("Goodbye!"),
@@ -255,10 +254,22 @@ def play_family(family, retention: str) -> Counter:
     try:
         with httpx.Client(timeout=60) as client:
             for number, (script, tools) in enumerate(
-                [*episodes(reasoning=False), *episodes(reasoning=True)] if family.renderer_class.REASONING else episodes(False)
+                [*episodes(reasoning=False), *episodes(reasoning=True)]
+                if family.renderer_class.REASONING
+                else episodes(False)
             ):
-                play_episode(client, gateway_server.url, f"{family.module}-{retention}-{number}", worker, sampler,
-                             script, tools, retention, counts, log)
+                play_episode(
+                    client,
+                    gateway_server.url,
+                    f"{family.module}-{retention}-{number}",
+                    worker,
+                    sampler,
+                    script,
+                    tools,
+                    retention,
+                    counts,
+                    log,
+                )
     finally:
         logger.removeHandler(log)
         logger.setLevel(level)
@@ -296,8 +307,19 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
             raise AssertionError(f"gateway answered {response.status_code}: {response.text[:500]}")
         endpoint, prompt = worker.requests[seen]
         if turn > 0:
-            count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt, retention, counts,
-                       log.reasons[reasons:])
+            count_turn(
+                sampler,
+                worker,
+                script,
+                index,
+                tools,
+                previous,
+                endpoint,
+                prompt,
+                retention,
+                counts,
+                log.reasons[reasons:],
+            )
         previous = (prompt, sampled[1], index)
 
 
@@ -325,7 +347,12 @@ def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt
     counts["turns"] += 1
     history = worker.normalize(script[:index])
     full = worker.tokenizer.apply_chat_template(
-        history, tools=tools, chat_template=worker.template, add_generation_prompt=True, tokenize=True, return_dict=False
+        history,
+        tools=tools,
+        chat_template=worker.template,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     )
     kept = previous[0] + previous[1]
     keeps_history = retention == "verbatim" or full[: len(kept)] == kept
@@ -352,7 +379,9 @@ def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt
         full_text = worker.tokenizer.apply_chat_template(
             history, tools=tools, chat_template=worker.template, add_generation_prompt=True, tokenize=False
         )
-        suffix = template_suffix(sampler, worker.tokenizer, history[:last], history[last], history[last + 1 :], tools, full_text)
+        suffix = template_suffix(
+            sampler, worker.tokenizer, history[:last], history[last], history[last + 1 :], tools, full_text
+        )
         expected = None if suffix is None else kept + suffix
     else:
         expected = None  # the template rewrites the history: no bridge is right
@@ -385,7 +414,11 @@ def hidden_reasoning_matters(sampler, script, previous, index, tools) -> bool:
 
     def reasoned(messages):
         return [
-            {**m, "reasoning_content": "A thought."} if m["role"] == "assistant" and not m.get("reasoning_content") else m
+            (
+                {**m, "reasoning_content": "A thought."}
+                if m["role"] == "assistant" and not m.get("reasoning_content")
+                else m
+            )
             for m in messages
         ]
 
@@ -406,7 +439,8 @@ def real_tokenizer_families() -> list:
     return [
         family
         for family in ALL_FAMILIES
-        if not family.synthetic and not family.tokenizer.startswith("synthetic/")
+        if not family.synthetic
+        and not family.tokenizer.startswith("synthetic/")
         and (not chosen or family.module in chosen.split(","))
     ]
 
@@ -443,7 +477,10 @@ if __name__ == "__main__":  # the per-family table for the closing note
         for retention in RETENTIONS:
             counts = play_family(family, retention)
             reasons = {key[7:]: value for key, value in counts.items() if key.startswith("reset: ")}
-            print(f"{family.module:26} {retention:9} {counts['turns']:5} {counts['bridged']:7} {counts['resets']:6} "
-                  f"{counts['wrong']:5}  {reasons or ''}", flush=True)
+            print(
+                f"{family.module:26} {retention:9} {counts['turns']:5} {counts['bridged']:7} {counts['resets']:6} "
+                f"{counts['wrong']:5}  {reasons or ''}",
+                flush=True,
+            )
             if os.environ.get("GATEWAY_VERBOSE"):
                 print("   ", dict(counts))
