@@ -1,0 +1,11 @@
+"""What a generated renderer imports: the one small surface ``generated/*.py`` depends on.
+
+Generated modules import only from here (``from rllm_renderers.compiled import ...``), so the
+runtime's own layout can change without touching a checked-in renderer or its diff.
+"""
+
+from .base import GeneratedRenderer
+from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
+from . import template_runtime as jinja
+
+__all__ = ["GeneratedRenderer", "ReasoningFormat", "ToolCallFormat", "TurnFormat", "jinja"]
