@@ -138,8 +138,8 @@ def timed(function, samples: int, setup=None) -> float:
 
 
 def bench_family(family, rounds: int, samples: int) -> dict:
-    from rllm_renderers.prompt_memory import PromptHistories
-    from rllm_renderers.tokenization import TextEncoder
+    from rllm_renderers.bridging.memory import PromptHistories
+    from rllm_renderers.encoding.tokenization import TextEncoder
 
     shape, has_tool_role = SHAPES[family.module]
     tokenizer = family.load_tokenizer()
@@ -257,17 +257,17 @@ def contract_floor(renderer, prompt: list[int], completion: list[int], full: lis
 
 # Where a bridge's time goes (--parts): the functions bridge_turn calls, timed where they are looked up.
 PARTS = {
-    "recall": [("rllm_renderers.bridge", "recalled_prompt")],
-    "copy of the prompt": [("rllm_renderers.prompt_memory", "Recalled.ids")],
-    "parse": [("rllm_renderers.bridge", "closed_completion"), ("rllm_renderers.bridge", "sampled_turn_as_message")],
-    "inputs": [("rllm_renderers.base", "GeneratedRenderer.template_messages"), ("rllm_renderers.template_runtime", "template_tools")],
-    "template run": [("rllm_renderers.bridge", "render_extended")],
+    "recall": [("rllm_renderers.bridging.bridge", "recalled_prompt")],
+    "copy of the prompt": [("rllm_renderers.bridging.memory", "Recalled.ids")],
+    "parse": [("rllm_renderers.bridging.bridge", "closed_completion"), ("rllm_renderers.bridging.bridge", "sampled_turn_as_message")],
+    "inputs": [("rllm_renderers.core.base", "GeneratedRenderer.template_messages"), ("rllm_renderers.jinja.runtime", "template_tools")],
+    "template run": [("rllm_renderers.bridging.bridge", "render_extended")],
     "checks": [
-        ("rllm_renderers.bridge", name_)
+        ("rllm_renderers.bridging.bridge", name_)
         for name_ in ("history_of", "renders_by_call_ids", "ends_like", "sampled_turn_end", "checked_new_messages")
     ],
-    "suffix encode + result": [("rllm_renderers.bridge", "bridged_tokens")],
-    "remember": [("rllm_renderers.prompt_memory", "PromptHistories.remember")],
+    "suffix encode + result": [("rllm_renderers.bridging.bridge", "bridged_tokens")],
+    "remember": [("rllm_renderers.bridging.memory", "PromptHistories.remember")],
 }
 
 
@@ -276,8 +276,8 @@ def bridge_parts(family, rounds: int, repeats: int = 10) -> dict[str, float]:
     import functools
     import importlib
 
-    from rllm_renderers.prompt_memory import PromptHistories
-    from rllm_renderers.tokenization import TextEncoder
+    from rllm_renderers.bridging.memory import PromptHistories
+    from rllm_renderers.encoding.tokenization import TextEncoder
 
     spent = dict.fromkeys([*PARTS, "total"], 0.0)
     patched = []
@@ -319,7 +319,7 @@ def bridge_parts(family, rounds: int, repeats: int = 10) -> dict[str, float]:
     for part, places in PARTS.items():
         for module_name, dotted in places:
             patch(module_name, dotted, part)
-    patch("rllm_renderers.base", "bridge_turn", "total")
+    patch("rllm_renderers.core.base", "bridge_turn", "total")
     gc.collect()
     gc.disable()  # as inside the samples above: a collection of the other families' objects is no part
     try:

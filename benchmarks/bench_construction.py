@@ -59,8 +59,8 @@ def rss():
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 from transformers import AutoTokenizer
-import rllm_renderers, rllm_renderers.registry, rllm_renderers.base, rllm_renderers.tokenization, rllm_renderers.fast_encoder
-import rllm_renderers.detokenize, rllm_renderers.bridge, tokenizers, tiktoken
+import rllm_renderers, rllm_renderers.core.registry, rllm_renderers.core.base, rllm_renderers.encoding.tokenization, rllm_renderers.encoding.fast_encoder
+import rllm_renderers.encoding.detokenize, rllm_renderers.bridging.bridge, tokenizers, tiktoken
 
 if mode == "load":
     gc.collect(); before, start = rss(), time.perf_counter()
@@ -73,7 +73,7 @@ tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
 messages = [{"role": "system", "content": "You are a careful assistant."},
             {"role": "user", "content": "What does setup.py hold? One sentence, please."}]
 gc.collect(); before, start = rss(), time.perf_counter()
-resolution = rllm_renderers.registry.resolve(model, tokenizer, renderer=renderer_name or None)
+resolution = rllm_renderers.core.registry.resolve(model, tokenizer, renderer=renderer_name or None)
 renderer = resolution.renderer
 prompt = renderer.render_ids(messages, add_generation_prompt=True)
 completion = tokenizer.encode("It holds the build settings.", add_special_tokens=False) + renderer.get_stop_token_ids()[:1]

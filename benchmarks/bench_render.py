@@ -390,7 +390,7 @@ def build_conversation(family: Family, size: str, variant: int) -> list[dict]:
 
 
 def load_family(family: Family, corpus: Path):
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     tokenizer = load_tokenizer(corpus / "tokenizers" / family.tokenizer)
     template = (corpus / "templates" / family.template).read_text(encoding="utf-8")
@@ -783,7 +783,7 @@ def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-from rllm_renderers.loading import load_tokenizer
+from rllm_renderers.encoding.loading import load_tokenizer
 tokenizer = load_tokenizer(sys.argv[1])
 before = rss()
 tracemalloc.start()
@@ -842,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     import tokenizers
     import transformers
 
-    from rllm_renderers.tokenization import TextEncoder
+    from rllm_renderers.encoding.tokenization import TextEncoder
 
     try:
         import tml_renderers

@@ -2,7 +2,7 @@
 
 ``render()`` says per token which message it belongs to and whether it is that message's own text
 (``is_content``); the control-token-safe mode encodes exactly that text as plain text. Both rest on
-the caller-text marks of :mod:`rllm_renderers.caller_text`. This module checks them against the
+the caller-text marks of :mod:`rllm_renderers.jinja.caller_text`. This module checks them against the
 template's own text, independently of how the marks are made:
 
 * :func:`needle_conversation` replaces every string a message carries but its role and the

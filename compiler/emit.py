@@ -19,6 +19,7 @@ from .analysis import TemplateFacts
 from .content_format import detect_content_format
 from .ladder import Parent
 from .literals import docstring_text, require_identifier
+from .load_check import RUNTIME_SURFACE
 from .probes import ProbeFacts
 from .translator import RESERVED_NAMES, TemplateNames, ir, translate
 from .translator.emit_py import method_lines, statement_lines
@@ -175,17 +176,19 @@ def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | 
     expressions += [p.default for method in program.methods for p in method.parameters if p.default is not None]
     uses_runtime = any("jinja" in ir.names_read(expression) for expression in expressions)
     uses_runtime = uses_runtime or any(method.memoized for method in program.methods)  # @jinja.memoized_macro
-    if uses_runtime:
-        imports.append(ast.ImportFrom(module="rllm_renderers", names=[ast.alias("template_runtime", "jinja")], level=0))
+    runtime_names: list[str] = []
     if parent is None:
-        imports.append(ast.ImportFrom(module="rllm_renderers.base", names=[ast.alias("GeneratedRenderer")], level=0))
+        runtime_names.append("GeneratedRenderer")
     else:  # a sibling module of the same output folder
         imports.append(ast.ImportFrom(module=parent.module, names=[ast.alias(parent.class_name)], level=1))
     if turn is not None:
         formats = {type(value).__name__ for value in (turn.turn, turn.reasoning, turn.tool_calls) if value is not None}
-        if formats:
-            names = [ast.alias(name) for name in sorted(formats)]
-            imports.append(ast.ImportFrom(module="rllm_renderers.formats", names=names, level=0))
+        runtime_names += sorted(formats)
+    if uses_runtime:
+        runtime_names.append("jinja")
+    if runtime_names:  # the one surface generated code imports (rllm_renderers.compiled)
+        names = [ast.alias(name) for name in runtime_names]
+        imports.insert(0, ast.ImportFrom(module=RUNTIME_SURFACE, names=names, level=0))
     return [ast.unparse(statement) for statement in imports]
 
 

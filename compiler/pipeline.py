@@ -35,7 +35,7 @@ from .probes import ProbeFacts, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
-from rllm_renderers.formats import special_token_placeholder
+from rllm_renderers.turns.formats import special_token_placeholder
 
 DEFAULT_CORPUS_ARGUMENT = "../shared/corpus"
 #: The checked-in renderers (the package ``generated``).
@@ -73,7 +73,7 @@ class Compiled(Prepared):
 def load_tokenizer_for(source: TemplateSource) -> Any:
     if source.tokenizer_dir is None:
         return None
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     try:
         return load_tokenizer(source.tokenizer_dir)
@@ -107,7 +107,7 @@ def added_token_strings(
     """The tokenizer's added tokens; without a tokenizer, the template's ``markers`` (see
     :func:`prepare_source`). Placeholder values of run-time special tokens count as markers either way."""
     if tokenizer is not None:
-        from rllm_renderers.tokenization import text_encoder_for
+        from rllm_renderers.encoding.tokenization import text_encoder_for
 
         return text_encoder_for(tokenizer).added_token_strings | frozenset(placeholders.values())
     return markers | frozenset(facts.special_tokens.values()) | frozenset(placeholders.values())
@@ -343,7 +343,7 @@ def verified_fingerprint(prepared: Prepared) -> str | None:
     tokenizer's, or None (verified against a template alone, or a synthetic tokenizer)."""
     if prepared.tokenizer is None:
         return None
-    from rllm_renderers.fingerprint import tokenizer_fingerprint
+    from rllm_renderers.encoding.fingerprint import tokenizer_fingerprint
 
     return tokenizer_fingerprint(prepared.tokenizer)
 

@@ -5,7 +5,7 @@ probing the template. Each probe renders a tiny conversation whose assistant
 message carries unmistakable needles (``cnq7``, ``fnq7``...) and reads the
 literal text around them: the turn close and what follows it, the reasoning
 markers, the tool-call syntax. The results become class constants of the
-generated renderer (see :mod:`rllm_renderers.formats`).
+generated renderer (see :mod:`rllm_renderers.turns.formats`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from rllm_renderers import template_runtime as jinja
-from rllm_renderers.formats import ReasoningFormat, ToolCallFormat, TurnFormat
-from rllm_renderers.output import RenderOutput
-from rllm_renderers.parsing import parse_text
+from rllm_renderers.jinja import runtime as jinja
+from rllm_renderers.turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat
+from rllm_renderers.core.output import RenderOutput
+from rllm_renderers.turns.parsing import parse_text
 
 from .literals import docstring_repr as shown  # a template string in the class docstring
 

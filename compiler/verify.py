@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from rllm_renderers import template_runtime as jinja
+from rllm_renderers.jinja import runtime as jinja
 
 from .attribution import attribution_mismatch, needle_conversation, only_unmarked
 from .case_features import case_features, disagreement_table

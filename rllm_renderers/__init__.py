@@ -18,7 +18,12 @@ __all__ = [
 ]
 
 # Loaded on first use (PEP 562), so `import rllm_renderers` stays free of the backends.
-_LAZY = {"resolve": "registry", "get_renderer": "registry", "Resolution": "registry", "create_renderer": "factory"}
+_LAZY = {
+    "resolve": "core.registry",
+    "get_renderer": "core.registry",
+    "Resolution": "core.registry",
+    "create_renderer": "core.factory",
+}
 
 
 def __getattr__(name: str):

@@ -4,8 +4,8 @@ Generated modules import only from here (``from rllm_renderers.compiled import .
 runtime's own layout can change without touching a checked-in renderer or its diff.
 """
 
-from .base import GeneratedRenderer
-from .formats import ReasoningFormat, ToolCallFormat, TurnFormat
-from . import template_runtime as jinja
+from .core.base import GeneratedRenderer
+from .turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat
+from .jinja import runtime as jinja
 
 __all__ = ["GeneratedRenderer", "ReasoningFormat", "ToolCallFormat", "TurnFormat", "jinja"]

@@ -86,7 +86,7 @@ def corpus_path(*parts: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def _load(folder: str):
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(folder)
 

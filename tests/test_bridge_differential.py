@@ -39,7 +39,7 @@ from compiler.conversations import conversation_cases
 from compiler.oracle import OracleRejected, TemplateOracle
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
-from rllm_renderers.prompt_memory import PromptHistories
+from rllm_renderers.bridging.memory import PromptHistories
 from tests.families import ALL_FAMILIES, assert_turns_checked, with_gaps
 from tests.turn_sampling import reasoned_turn, sampled_turn, template_suffix
 

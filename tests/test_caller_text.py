@@ -7,8 +7,8 @@ import json
 import pytest
 from markupsafe import Markup
 
-from rllm_renderers import template_runtime as jinja
-from rllm_renderers.caller_text import CallerText, caller_data, marks_of, sources_by_message
+from rllm_renderers.jinja import runtime as jinja
+from rllm_renderers.jinja.caller_text import CallerText, caller_data, marks_of, sources_by_message
 
 
 def marked_text(value) -> list[str]:

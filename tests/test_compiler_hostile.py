@@ -128,7 +128,7 @@ def test_a_hostile_template_string_stays_inside_the_docstring(tmp_path: Path, ca
 )
 def test_a_module_that_would_run_code_at_import_is_refused(statement: str):
     with pytest.raises(CompileError, match="not loaded"):
-        check_load_safe(f'"""doc"""\nfrom rllm_renderers.base import GeneratedRenderer\n{statement}\n', "m.py")
+        check_load_safe(f'"""doc"""\nfrom rllm_renderers.core.base import GeneratedRenderer\n{statement}\n', "m.py")
 
 
 def test_every_checked_in_renderer_passes_the_load_check():
@@ -297,7 +297,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "description": "d", "par
 
 def named_template_tokenizer(tool_use: str):
     """The Qwen2.5 tokenizer shipping {"default": Qwen2.5's template, "tool_use": ``tool_use``}."""
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     tokenizer = load_tokenizer(corpus_path("tokenizers", "qwen25"))
     default = corpus_path("templates", "Qwen__Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
@@ -307,7 +307,7 @@ def named_template_tokenizer(tool_use: str):
 
 def test_resolve_renders_each_call_with_the_template_apply_chat_template_picks():
     """transformers' get_chat_template: ``tool_use`` when tools is not None (even []), else ``default``."""
-    from rllm_renderers.registry import resolve
+    from rllm_renderers.core.registry import resolve
 
     tokenizer = named_template_tokenizer(corpus_path("templates", "Qwen__QwQ-32B.jinja").read_text(encoding="utf-8"))
     renderer = resolve("Qwen/Qwen2.5-7B-Instruct", tokenizer).renderer
@@ -329,13 +329,13 @@ def test_resolve_renders_each_call_with_the_template_apply_chat_template_picks()
 
 
 def load_named_free_tokenizer():
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(corpus_path("tokenizers", "qwen25"))
 
 
 def test_a_tool_use_template_no_renderer_covers_is_refused_loudly():
-    from rllm_renderers.registry import resolve
+    from rllm_renderers.core.registry import resolve
 
     default = corpus_path("templates", "Qwen__Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
     tokenizer = named_template_tokenizer(default.replace("<tool_call>", "<call>"))

@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import rllm_renderers  # noqa: E402
-from rllm_renderers.registry import resolve  # noqa: E402
+from rllm_renderers.core.registry import resolve  # noqa: E402
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 HYPOTHESIS = settings(
@@ -48,7 +48,7 @@ def corpus_tokenizer(folder: str):
     path = CORPUS / "tokenizers" / folder
     if not (path / "tokenizer.json").exists():
         pytest.skip(f"test corpus not found: {path} (set RLLM_CORPUS to the shared corpus folder)")
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(path)
 

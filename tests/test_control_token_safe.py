@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers.loading import load_tokenizer  # noqa: E402
+from rllm_renderers.encoding.loading import load_tokenizer  # noqa: E402
 
 from tests.test_tokenization import CORPUS  # noqa: E402
 

@@ -15,7 +15,7 @@ from compiler.analysis import parse_template
 from compiler.markers import synthetic_tokenizer, template_markers
 from compiler.pipeline import load_generated_file
 from compiler.source import read_corpus_manifest
-from rllm_renderers.formats import special_token_placeholder
+from rllm_renderers.turns.formats import special_token_placeholder
 from tests.families import CORPUS, REPO, load_corpus_tokenizer
 
 GENERATED = REPO / "generated"

@@ -31,7 +31,7 @@ def compare(template_file: str, renderer: str, tokenizer, knobs=()):
 
 
 def synthetic(name: str):
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(corpus_path("tokenizers", "synthetic", name))
 

@@ -1,4 +1,4 @@
-"""The byte-table detokenizer (:mod:`rllm_renderers.detokenize`) against the tokenizer's own decoding.
+"""The byte-table detokenizer (:mod:`rllm_renderers.encoding.detokenize`) against the tokenizer's own decoding.
 
 On every corpus tokenizer (real and synthetic): each id alone decodes as the library decodes it;
 adversarial id sequences (multi-byte characters split across tokens, lone lead and continuation
@@ -17,11 +17,11 @@ import random
 
 import pytest
 
-from rllm_renderers import detokenize
-from rllm_renderers.detokenize import byte_level_decoder_reason, detokenizer_for
-from rllm_renderers.fast_encoder import bytes_of_byte_level
-from rllm_renderers.parsing import char_to_token, decoded_prefix_lengths, token_index_at
-from rllm_renderers.tokenization import _backend_of, text_encoder_for
+from rllm_renderers.encoding import detokenize
+from rllm_renderers.encoding.detokenize import byte_level_decoder_reason, detokenizer_for
+from rllm_renderers.encoding.span_bpe import bytes_of_byte_level
+from rllm_renderers.turns.parsing import char_to_token, decoded_prefix_lengths, token_index_at
+from rllm_renderers.encoding.tokenization import _backend_of, text_encoder_for
 
 from .families import FAMILIES, FAMILY_IDS, corpus_path, load_corpus_tokenizer
 

@@ -116,8 +116,8 @@ NAME_TEMPLATE = (
 
 
 def _name_renderer(lookup):
-    from rllm_renderers.base import GeneratedRenderer
-    from rllm_renderers.formats import TurnFormat
+    from rllm_renderers.core.base import GeneratedRenderer
+    from rllm_renderers.turns.formats import TurnFormat
 
     class NameRenderer(GeneratedRenderer):
         ROLES = ("system", "user", "assistant", "tool")
@@ -148,8 +148,8 @@ def test_verification_fails_on_a_python_error_where_jinja_raised_undefined():
 def test_rejections_must_match_in_kind_and_message():
     from compiler.oracle import OracleRejected
     from compiler.verify import rejection_mismatch
-    from rllm_renderers import template_runtime as jinja
-    from rllm_renderers.base import TemplateTypeError
+    from rllm_renderers.jinja import runtime as jinja
+    from rllm_renderers.core.base import TemplateTypeError
 
     raised = OracleRejected("Conversation roles must alternate", "TemplateError")
     assert rejection_mismatch(raised, jinja.TemplateError("Conversation roles must alternate")) is None
@@ -166,7 +166,7 @@ def test_rejections_must_match_in_kind_and_message():
 def test_render_errors_keep_their_kind():
     """A template's refusal is a ValueError; a Python TypeError stays a TypeError too; other errors are not
     disguised as refusals (they name the message being rendered)."""
-    from rllm_renderers.base import TemplateTypeError
+    from rllm_renderers.core.base import TemplateTypeError
 
     messages = [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]
     with pytest.raises(KeyError) as caught:

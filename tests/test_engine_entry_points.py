@@ -23,9 +23,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from rllm_renderers import create_renderer, resolve  # noqa: E402
-from rllm_renderers.fingerprint import tokenizer_fingerprint  # noqa: E402
-from rllm_renderers.names import PRIME_FAMILIES, model_spellings  # noqa: E402
-from rllm_renderers.registry import SERVED_BY, AmbiguousRendererError, ResolutionError, generated_index  # noqa: E402
+from rllm_renderers.encoding.fingerprint import tokenizer_fingerprint  # noqa: E402
+from rllm_renderers.core.names import PRIME_FAMILIES, model_spellings  # noqa: E402
+from rllm_renderers.core.registry import SERVED_BY, AmbiguousRendererError, ResolutionError, generated_index  # noqa: E402
 from tests.isolation import fresh_python, no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
@@ -41,7 +41,7 @@ def corpus_path(folder: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def _loaded(folder: str):
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(corpus_path(folder))
 
@@ -142,7 +142,7 @@ def test_a_revision_resolves_by_content_without_any_extra(no_extras, no_network)
 
 @pytest.mark.parametrize("folder", corpus_tokenizer_folders() or ["(no corpus)"])
 def test_a_local_copy_of_a_corpus_tokenizer_resolves_like_the_original(folder, tmp_path, no_network):
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     original = _loaded(folder)
     copy_dir = tmp_path / "checkpoints" / "run-7" / "final"
@@ -173,7 +173,7 @@ def manifest_models_with_tokenizers() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("model, template, folder", manifest_models_with_tokenizers() or [("(no corpus)", "", "")])
 def test_a_local_checkpoint_carrying_its_template_resolves_to_its_renderer(model, template, folder, tmp_path):
     """A checkpoint folder as a trainer saves it: tokenizer plus chat template, under any name."""
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     copy_dir = tmp_path / "my-finetune"
     shutil.copytree(corpus_path(folder), copy_dir)
@@ -209,7 +209,7 @@ def test_two_fitting_renderers_are_an_error_that_lists_both_and_says_how_to_choo
 
 
 def test_content_wins_over_a_name_it_contradicts(caplog):
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.registry"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.core.registry"):
         assert outcome(tokenizer("dsv4"), "Qwen/Qwen3-8B") == ("generated", "deepseek_v4")
     assert any("verified with" in record.getMessage() for record in caplog.records)
 
@@ -288,7 +288,7 @@ def test_reading_prime_s_model_map_does_not_import_renderers():
     code = (
         "import sys\n"
         "from rllm_renderers import resolve\n"
-        "from rllm_renderers.loading import load_tokenizer\n"
+        "from rllm_renderers.encoding.loading import load_tokenizer\n"
         f"tok = load_tokenizer({str(corpus_path('dsv4'))!r})\n"
         "print(resolve('deepseek-ai/DeepSeek-V4-Flash-0731', tok).name, 'renderers' in sys.modules)\n"
     )

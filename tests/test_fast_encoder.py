@@ -24,10 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers import fast_encoder, proof_cache  # noqa: E402
-from rllm_renderers.fast_encoder import bytes_of_byte_level, rank_bpe_plan  # noqa: E402
-from rllm_renderers.loading import load_tokenizer  # noqa: E402
-from rllm_renderers.tokenization import TextEncoder, text_encoder_for  # noqa: E402
+from rllm_renderers.encoding import fast_encoder
+from rllm_renderers.encoding import proof_cache  # noqa: E402
+from rllm_renderers.encoding.fast_encoder import rank_bpe_plan  # noqa: E402
+from rllm_renderers.encoding.span_bpe import bytes_of_byte_level  # noqa: E402
+from rllm_renderers.encoding import span_bpe  # noqa: E402
+from rllm_renderers.encoding.loading import load_tokenizer  # noqa: E402
+from rllm_renderers.encoding.tokenization import TextEncoder, text_encoder_for  # noqa: E402
 
 from tests.test_tokenization import CORPUS, PROFILE, chat_like_text  # noqa: E402
 
@@ -188,7 +191,7 @@ def test_long_pieces(both):
     texts past 64 KiB, which fastokens cuts into chunks for its threads and joins again."""
     texts = ["a" * 5000, " " * 3000, "ab" * 2500, "\n" * 1000, "ñ" * 2000, "中" * 3000, "😀" * 500, "xyz" * 1500 + "!" * 999,
              "".join(chr(0x61 + (k * 7) % 26) for k in range(6000)), "0" * 4000, "-=" * 2000]  # fmt: skip
-    source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
+    source = (REPO / "rllm_renderers" / "encoding" / "tokenization.py").read_text(encoding="utf-8")
     long_runs = "".join(f"{source[k * 997 : k * 997 + 1500]}{' ' * (k * 131 % 1500)}{'x' * (k * 257 % 2000)}\n" for k in range(60))
     texts += [long_runs, source * 3, ("中文字 " * 7000)[:70_000], " " * 70_000 + "y"]
     for text in texts:
@@ -204,7 +207,7 @@ def test_fastokens_results_do_not_depend_on_the_previous_call(both):
     places, each right after its neighbour, then again in another order."""
     if both.fastokens.backend != "fastokens":
         pytest.skip(f"{both.name} is not encoded by fastokens ({both.fastokens.backend_reason})")
-    source = (REPO / "rllm_renderers" / "fast_encoder.py").read_text(encoding="utf-8")
+    source = (REPO / "rllm_renderers" / "encoding" / "fast_encoder.py").read_text(encoding="utf-8")
     filler, spaces = source[:5000], " " * 700
     base = filler + spaces + "x" * 1500 + source[5000:19000]
     texts = [filler + spaces + tail for tail in (" ", "\n", "\tx", "y", "x" + source[:2000], "  ")]
@@ -242,14 +245,14 @@ def test_rank_bpe_sweeps_unicode_like_the_library(both):
 
 
 def test_nfc_is_skipped_only_where_the_library_changes_nothing():
-    """``_nfc_leaves_alone`` (Python's unicodedata) must never skip a text the library's NFC changes."""
+    """``nfc_leaves_alone`` (Python's unicodedata) must never skip a text the library's NFC changes."""
     from tokenizers.normalizers import NFC
 
     normalize = NFC().normalize_str
     marks = [chr(c) for c in range(0x300, 0x370)] + ["\u0eb8", "\u0eba", "\u1161", "\u11a8", "\u3099", "\U0001e944"]
     texts = _sweep_texts() + [base + mark for base in ("a", "e", "가", "ຸ", "中", "😀", "\u0378") for mark in marks]
     texts += [a + b + c for a in ("e", "o", "\u0eb8") for b in marks[::7] for c in marks[::5]]
-    skipped = [text for text in texts if fast_encoder._nfc_leaves_alone(text)]
+    skipped = [text for text in texts if span_bpe.nfc_leaves_alone(text)]
     assert [text for text in skipped if normalize(text) != text] == []
     assert 0 < len(skipped) < len(texts)  # the shortcut is taken, and not everywhere
 
@@ -259,7 +262,7 @@ def test_nfc_is_skipped_only_where_the_library_changes_nothing():
 def test_nfc_shortcut_on_random_text(text):
     from tokenizers.normalizers import NFC
 
-    if fast_encoder._nfc_leaves_alone(text):
+    if span_bpe.nfc_leaves_alone(text):
         assert NFC().normalize_str(text) == text
 
 
@@ -280,7 +283,7 @@ def _bpe_json(vocab: dict[str, int], merges: list[tuple[str, str]], **model: obj
 
 
 def _byte_vocab() -> dict[str, int]:
-    return {ch: index for index, ch in enumerate(sorted(fast_encoder._BYTE_OF, key=fast_encoder._BYTE_OF.get))}
+    return {ch: index for index, ch in enumerate(sorted(span_bpe.BYTE_OF, key=span_bpe.BYTE_OF.get))}
 
 
 def _plan(data: dict):
@@ -536,7 +539,7 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
 
 def test_bytes_of_byte_level():
     assert bytes_of_byte_level("ĠhelloĊ") == b" hello\n"
-    assert bytes_of_byte_level("".join(sorted(fast_encoder._BYTE_OF, key=fast_encoder._BYTE_OF.get))) == bytes(range(256))
+    assert bytes_of_byte_level("".join(sorted(span_bpe.BYTE_OF, key=span_bpe.BYTE_OF.get))) == bytes(range(256))
 
 
 # ---------------------------------------------------------------------------- forcing HF
@@ -610,7 +613,7 @@ def test_threads_share_one_fastokens_engine():
     tokenizer = load_tokenizer(_tokenizer_dir("qwen3"))
     encoders = [TextEncoder(tokenizer, backend="fastokens", span_cache_size=0), TextEncoder(tokenizer, backend="fastokens")]
     assert encoders[0]._rank_bpe is encoders[1]._rank_bpe and encoders[0].backend == "fastokens"
-    source = (REPO / "rllm_renderers" / "tokenization.py").read_text(encoding="utf-8")
+    source = (REPO / "rllm_renderers" / "encoding" / "tokenization.py").read_text(encoding="utf-8")
     texts = [f"<|im_start|>user\n{source[k * 500 : k * 500 + 20_000]}<|im_end|>\n<think>{k}</think>" for k in range(24)]
     want = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     wrong: list[int] = []
@@ -765,7 +768,7 @@ def test_nfc_skip_agrees_with_the_library_on_every_code_point():
     code_points = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c <= 0xDFFF]
     contexts = ("{}", "a{}", "{}\u0301", "\u1100{}", "{}{}", "{}\u0bbe")
     texts = [context.format(ch, ch) for ch in code_points for context in contexts]
-    inert = [text for text in texts if fast_encoder._nfc_leaves_alone(text)]
+    inert = [text for text in texts if span_bpe.nfc_leaves_alone(text)]
     assert len(inert) > len(texts) // 4  # most text is inert: the shortcut is taken
     assert [text for text in inert if nfc(text) != text] == []
-    assert not fast_encoder._nfc_leaves_alone("e\u0301") and not fast_encoder._nfc_leaves_alone("\u2126")
+    assert not span_bpe.nfc_leaves_alone("e\u0301") and not span_bpe.nfc_leaves_alone("\u2126")

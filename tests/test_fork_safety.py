@@ -16,7 +16,9 @@ import time
 
 import pytest
 
-from rllm_renderers import detokenize, fast_encoder, frozen_inputs
+from rllm_renderers.encoding import detokenize
+from rllm_renderers.encoding import fast_encoder
+from rllm_renderers.jinja import frozen_inputs
 from tests.families import FAMILIES
 
 QWEN3 = next(family for family in FAMILIES if family.module == "qwen3")

@@ -1,4 +1,4 @@
-"""Tool schemas converted once and pure macros looked up (``rllm_renderers.frozen_inputs``).
+"""Tool schemas converted once and pure macros looked up (``rllm_renderers.jinja.frozen_inputs``).
 
 Exactness first: a cached conversion equals a fresh one, values that print differently never share
 an entry, a memoized macro gives what the macro gives, and renders with the caches warm equal
@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers import frozen_inputs  # noqa: E402
-from rllm_renderers.frozen_inputs import memoized_macro, template_tools  # noqa: E402
-from rllm_renderers.template_values import TemplateDict, TemplateList, TemplateStr, template_data  # noqa: E402
+from rllm_renderers.jinja import frozen_inputs  # noqa: E402
+from rllm_renderers.jinja.frozen_inputs import memoized_macro, template_tools  # noqa: E402
+from rllm_renderers.jinja.values import TemplateDict, TemplateList, TemplateStr, template_data  # noqa: E402
 
 TOOLS = [
     {

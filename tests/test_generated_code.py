@@ -57,7 +57,7 @@ def test_generated_code_reads_like_a_hand_port(path: Path):
 
 def test_the_checks_catch_what_they_look_for():
     bad = (
-        "from rllm_renderers.formats import ReasoningFormat\n"
+        "from rllm_renderers.turns.formats import ReasoningFormat\n"
         "from rllm_renderers import template_runtime as jinja\n"
         "x = 'a' + 'b'\ny = x + 'c' + 'd'\n"
         "if jinja.defined(jinja.strftime_now):\n    pass\nelse:\n    pass\n"

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from rllm_renderers.formats import ToolCallFormat
-from rllm_renderers.parsing import TOO_DEEP, parse_text
+from rllm_renderers.turns.formats import ToolCallFormat
+from rllm_renderers.turns.parsing import TOO_DEEP, parse_text
 
 from .families import FAMILIES, FAMILY_IDS
 
@@ -214,7 +214,7 @@ def test_a_lone_surrogate_in_new_messages_is_named_by_the_bridge():
 
 
 def test_a_bad_encoder_choice_fails_at_resolve_and_construction(monkeypatch):
-    from rllm_renderers.registry import resolve
+    from rllm_renderers.core.registry import resolve
 
     family = BY_MODULE["qwen3"]
     monkeypatch.setenv("RLLM_RENDERERS_ENCODER", "rust")
@@ -235,7 +235,7 @@ BROKEN_INDEXES = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN_INDEXES))
 def test_a_broken_index_is_the_registrys_own_error(case, tmp_path, monkeypatch):
-    from rllm_renderers import registry
+    from rllm_renderers.core import registry
 
     package = f"broken_index_{case.replace(' ', '_')}"
     (tmp_path / package).mkdir()

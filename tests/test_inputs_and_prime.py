@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from rllm_renderers import template_runtime as jinja
+from rllm_renderers.jinja import runtime as jinja
 
 from .families import CORPUS, FAMILIES, FAMILY_IDS, corpus_path
 

@@ -27,7 +27,7 @@ ROLE_METHOD = '''
 
 MODULE = '''"""{name} renderer."""
 
-from rllm_renderers.base import GeneratedRenderer
+from rllm_renderers.core.base import GeneratedRenderer
 
 BOS_TOKEN = "{bos}"
 

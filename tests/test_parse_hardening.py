@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from rllm_renderers.parsing import as_token_ids, decoded_prefix_lengths, token_index_at
+from rllm_renderers.turns.parsing import as_token_ids, decoded_prefix_lengths, token_index_at
 
 from .families import FAMILIES, FAMILY_IDS
 
@@ -175,7 +175,7 @@ def test_as_token_ids_rejects_float_and_2d_arrays():
 
 
 def _adapters():
-    from rllm_renderers.registry import get_renderer
+    from rllm_renderers.core.registry import get_renderer
 
     from .test_registry import QWEN3_TEMPLATE, tokenizer
 
@@ -205,8 +205,8 @@ def test_adapters_take_integer_sequences_and_refuse_the_rest():
 def test_content_after_a_closed_list_of_calls():
     """LFM2's shape (a held-out template): ids after the arguments, the list closed by ``block_end``,
     then the content. The parser reads each call, its id, and the content after the block."""
-    from rllm_renderers.formats import ToolCallFormat
-    from rllm_renderers.parsing import parse_text
+    from rllm_renderers.turns.formats import ToolCallFormat
+    from rllm_renderers.turns.parsing import parse_text
 
     syntax = ToolCallFormat(
         style="json",

@@ -14,7 +14,7 @@ pytest.importorskip("renderers", reason="the prime extra (renderers) is not inst
 from renderers import configs  # noqa: E402
 
 from rllm_renderers.adapters.prime_config import PRIME_FAMILIES, make_renderer  # noqa: E402
-from rllm_renderers.registry import generated_index  # noqa: E402
+from rllm_renderers.core.registry import generated_index  # noqa: E402
 
 HELLO = [{"role": "user", "content": "Hello!"}]
 

@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 
-from rllm_renderers.prompt_memory import BUCKET_SIZE, History, PromptHistories, PromptText
+from rllm_renderers.bridging.memory import BUCKET_SIZE, History, PromptHistories, PromptText
 from rllm_renderers.types import BridgedTokens, RenderedTokens
 from tests.families import FAMILIES
 

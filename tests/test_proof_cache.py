@@ -1,5 +1,5 @@
 """The on-disk proof cache is checked before it is trusted, written safely, and kept in an absolute
-folder; an engine that panics hands over to the HF backend (:mod:`rllm_renderers.proof_cache`)."""
+folder; an engine that panics hands over to the HF backend (:mod:`rllm_renderers.encoding.proof_cache`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from rllm_renderers import fast_encoder, proof_cache
-from rllm_renderers.fast_encoder import EnginePanic, rank_bpe_plan
-from rllm_renderers.tokenization import TextEncoder
+from rllm_renderers.encoding import fast_encoder
+from rllm_renderers.encoding import proof_cache
+from rllm_renderers.encoding.fast_encoder import EnginePanic, rank_bpe_plan
+from rllm_renderers.encoding.tokenization import TextEncoder
 from tests.test_fast_encoder import _bpe_json, _byte_vocab, _with
 
 TEXT = "abxy ab xy xyab abab"
@@ -58,7 +59,7 @@ def test_an_edited_marker_is_a_miss_never_wrong_ids(caplog):
     ranks[b"ab"], ranks[b"xy"] = ranks[b"xy"], ranks[b"ab"]  # still a valid table: wrong ids if trusted
     marker.write_text("\n".join([magic, digest, header, fast_encoder._ranks_as_text(ranks)]))
     fast_encoder.forget()
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.proof_cache"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.encoding.proof_cache"):
         plan = rank_bpe_plan(tokenizer)[0]
         fast_encoder.forget()
         rank_bpe_plan(tokenizer)  # the rewritten marker is intact: no second miss
@@ -73,7 +74,7 @@ def test_a_marker_of_another_tokenizer_is_a_miss(caplog):
     rank_bpe_plan(second)
     _marker(second).write_bytes(_marker(first).read_bytes())  # intact, but it proves the other one
     fast_encoder.forget()
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.proof_cache"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.encoding.proof_cache"):
         plan = rank_bpe_plan(second)[0]
     assert plan.encode(TEXT) == _want(second) != _want(first)
     assert any("proves something else" in record.message for record in caplog.records)
@@ -112,7 +113,7 @@ def test_an_engine_panic_while_encoding_hands_over_to_hf(monkeypatch, caplog):
 
     monkeypatch.setattr(encoder._rank_bpe, "encode_many", panics)
     monkeypatch.setattr(encoder._rank_bpe, "encode", panics)
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.tokenization"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.encoding.tokenization"):
         assert encoder.encode(TEXT) == _want(tokenizer)
     assert encoder.backend == "hf" and "panicked" in encoder.backend_reason
     assert encoder.encode_with_offsets(TEXT)[0] == encoder.encode_many([TEXT])[0] == _want(tokenizer)

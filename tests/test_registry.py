@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers.registry import Resolution, ResolutionError, generated_index, get_renderer, resolve  # noqa: E402
+from rllm_renderers.core.registry import Resolution, ResolutionError, generated_index, get_renderer, resolve  # noqa: E402
 from tests.isolation import fresh_python, no_extras, no_network  # noqa: E402,F401 (fixtures)
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
@@ -35,7 +35,7 @@ def corpus_tokenizer(folder: str):
     path = CORPUS / "tokenizers" / folder
     if not (path / "tokenizer.json").exists():
         pytest.skip(f"test corpus not found: {path} (set RLLM_CORPUS to the shared corpus folder)")
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     return load_tokenizer(path)
 
@@ -97,7 +97,7 @@ def test_tokenizer_none_for_an_unknown_model_is_a_clear_error():
 
 def test_drifted_template_falls_through_with_a_warning(caplog):
     drifted = tokenizer("qwen3", QWEN3_TEMPLATE, suffix="{#- a local edit -#}")
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.registry"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.core.registry"):
         resolution = resolve("Qwen/Qwen3-8B", drifted)
     assert resolution.source != "generated"
     warning = next(r.getMessage() for r in caplog.records if "drift" in r.getMessage())
@@ -147,7 +147,7 @@ def test_tinker_match_with_kwargs_falls_through(caplog):
 
 
 def test_unknown_model_falls_back_to_the_chat_template_loudly(caplog):
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.registry"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.core.registry"):
         resolution = resolve("acme/unknown-model", tokenizer("qwen3", QWEN3_TEMPLATE, suffix="\n"))
     assert (resolution.source, resolution.name) == ("chat_template", "chat_template")
     assert any(r.levelno == logging.WARNING and "FALLBACK" in r.getMessage() for r in caplog.records)
@@ -200,7 +200,7 @@ def test_explicit_override_of_an_extra_wins(override, folder, extra, source, nam
 
 
 def test_forcing_a_generated_renderer_over_a_drifted_template_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.registry"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.core.registry"):
         resolution = resolve("Qwen/Qwen3-8B", tokenizer("qwen3", QWEN3_TEMPLATE, suffix="\n"), renderer="qwen3")
     assert resolution.source == "generated"
     assert any("forced" in r.getMessage() for r in caplog.records)
@@ -285,7 +285,7 @@ def test_import_is_lazy():
         "r = rllm_renderers.resolve('Qwen/Qwen3-8B', None)\n"
         "assert r.source == 'generated' and r.renderer.render_text([{'role': 'user', 'content': 'x'}])\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
-        "from rllm_renderers.factory import create_renderer\n"  # the engines' factory, exported lazily too
+        "from rllm_renderers.core.factory import create_renderer\n"  # the engines' factory, exported lazily too
         "assert 'create_renderer' in rllm_renderers.__all__ and rllm_renderers.create_renderer is create_renderer\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
     )

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from rllm_renderers import registry
-from rllm_renderers.registry import GeneratedRendererError, ResolutionError, resolve
+from rllm_renderers.core import registry
+from rllm_renderers.core.registry import GeneratedRendererError, ResolutionError, resolve
 
 from .test_registry import HELLO, QWEN3_SHA, QWEN3_TEMPLATE, REPO, tokenizer
 
@@ -117,7 +117,7 @@ def test_a_matching_generated_renderer_that_fails_raises(broken_package, kind, m
     assert "allow_fallback=True" in str(raised.value)
     assert isinstance(raised.value, ResolutionError)
     # explicitly allowed: downgrade, loudly
-    with caplog.at_level(logging.ERROR, logger="rllm_renderers.registry"):
+    with caplog.at_level(logging.ERROR, logger="rllm_renderers.core.registry"):
         resolution = resolve("Qwen/Qwen3-8B", tok, allow_fallback=True)
     assert resolution.source != "generated"
     assert any(r.levelno == logging.ERROR and "DOWNGRADE" in r.getMessage() for r in caplog.records)
@@ -153,7 +153,7 @@ def test_the_checked_in_index_is_current():
 
 
 def test_index_lists_every_generated_class_with_its_constants():
-    from rllm_renderers.registry import generated_index
+    from rllm_renderers.core.registry import generated_index
 
     for entry in generated_index():
         cls = entry.cls

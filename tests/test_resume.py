@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from rllm_renderers import template_runtime as jinja
+from rllm_renderers.jinja import runtime as jinja
 from tests.test_translate import FAST, SPECIAL, _oracle, code_of, renderer_class
 
 # Qwen3's shape: a scan before the loop sets a namespace the loop reads; the loop reads one

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers import template_runtime as jinja  # noqa: E402
+from rllm_renderers.jinja import runtime as jinja  # noqa: E402
 
 
 class _Undef:
@@ -550,7 +550,7 @@ def test_strftime_now_is_the_local_time_now(format):
 
     for _ in range(2):  # the second call may come from memory
         assert jinja.strftime_now(format) == datetime.now().strftime(format)
-    from rllm_renderers import template_runtime
+    from rllm_renderers.jinja import runtime as template_runtime
 
     assert (format in template_runtime._DATE_TEXTS) == (format in ("%Y-%m-%d", "%d %b %Y", "%A %B %j %%d", "no fields"))
 
@@ -558,7 +558,7 @@ def test_strftime_now_is_the_local_time_now(format):
 def test_strftime_now_forgets_another_day_locale_or_time_zone():
     from datetime import datetime
 
-    from rllm_renderers import template_runtime
+    from rllm_renderers.jinja import runtime as template_runtime
 
     format = "%d %b %Y"
     jinja.strftime_now(format)
@@ -605,7 +605,7 @@ def test_tests_are_named_is_something():
 
 
 def test_importing_the_runtime_loads_no_jinja2():
-    code = "import sys, rllm_renderers.template_runtime; print('jinja2' in sys.modules)"
+    code = "import sys, rllm_renderers.jinja.runtime; print('jinja2' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert result.stdout.strip() == "False"
 
@@ -774,7 +774,7 @@ def test_indented_tojson_leaves_the_rest_to_json_dumps():
         jinja.tojson({"a": [jinja.Undefined("x")]}, indent=2)
     assert jinja.tojson({"b": 1, "a": Markup("<x>")}, indent=2, sort_keys=True) == '{\n  "a": "<x>",\n  "b": 1\n}'
     # plain data (a tools list) is written by the runtime's own writer, not handed on
-    from rllm_renderers import template_filters
+    from rllm_renderers.jinja import filters as template_filters
 
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"],
               "properties": {"a": {"type": "number", "default": 1.5}, "b": {"enum": [True, None, "é"]}}}}}]  # fmt: skip
@@ -827,10 +827,10 @@ def test_template_message_is_the_message_as_transformers_hands_it(message):
 def test_template_inputs_fast_path_is_the_general_conversion(messages):
     """``template_inputs`` takes a shortcut for ``{"role": str, "content": str}`` messages; it must give
     what normalizing then ``template_message`` gives (key order included), and refuse what that refuses."""
-    from rllm_renderers.base import REASONING_FIELDS
+    from rllm_renderers.core.base import REASONING_FIELDS
     from rllm_renderers.generated.qwen3 import Qwen3Renderer
 
-    from rllm_renderers.caller_text import caller_data
+    from rllm_renderers.jinja.caller_text import caller_data
 
     renderer = Qwen3Renderer(None)
     try:

@@ -1,4 +1,4 @@
-"""Tests for rllm_renderers.tokenization (TextEncoder) and rllm_renderers.loading.
+"""Tests for rllm_renderers.encoding.tokenization (TextEncoder) and rllm_renderers.encoding.loading.
 
 The property everywhere: ``TextEncoder.encode(s) == tokenizer.encode(s, add_special_tokens=False)``,
 checked with hypothesis on the real corpus tokenizers and on small synthetic tokenizers whose
@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # let `pytest tests/...` import the package without installing it
     sys.path.insert(0, str(REPO))
 
-from rllm_renderers.loading import load_tokenizer  # noqa: E402
-from rllm_renderers.tokenization import _WHITESPACE, TextEncoder, _is_word_char, text_encoder_for  # noqa: E402
+from rllm_renderers.encoding.loading import load_tokenizer  # noqa: E402
+from rllm_renderers.encoding.tokenization import _WHITESPACE, TextEncoder, _is_word_char, text_encoder_for  # noqa: E402
 
 CORPUS = Path(os.environ.get("RLLM_CORPUS", REPO.parent / "shared" / "corpus"))
 CORPUS_TOKENIZERS = ["qwen3", "qwen25", "qwen35", "dsv3", "dsv4", "gemma3", "gptoss", "llama31"]
@@ -398,7 +398,7 @@ def test_load_tokenizer_missing_folder(tmp_path):
 
 def test_import_does_not_pull_heavy_modules():
     code = (
-        "import sys; import rllm_renderers, rllm_renderers.tokenization, rllm_renderers.loading; "
+        "import sys; import rllm_renderers, rllm_renderers.encoding.tokenization, rllm_renderers.encoding.loading; "
         "heavy = [m for m in ('transformers', 'jinja2', 'torch') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

@@ -35,8 +35,8 @@ from compiler.errors import CompileError  # noqa: E402
 from compiler.oracle import OracleRejected, TemplateOracle  # noqa: E402
 from compiler.pipeline import load_renderer_class  # noqa: E402
 from compiler.verify import rejection_mismatch  # noqa: E402
-from rllm_renderers import template_runtime as jinja  # noqa: E402
-from rllm_renderers.output import RenderOutput  # noqa: E402
+from rllm_renderers.jinja import runtime as jinja  # noqa: E402
+from rllm_renderers.core.output import RenderOutput  # noqa: E402
 
 NAME = "t.jinja"
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}

@@ -227,7 +227,7 @@ def test_unlearnable_turn_facts_degrade_instead_of_refusing(tmp_path, caplog):
     assert (parsed.content, parsed.status) == ("Some answer", "unlearned")
     prompt = renderer.render_ids([USER], add_generation_prompt=True)
     completion = renderer.encoder.encode("Some answer")
-    with caplog.at_level(logging.WARNING, logger="rllm_renderers.bridge"):
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.bridging.bridge"):
         assert renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None
         assert renderer.bridge_to_next_turn(prompt, completion, [NEXT_USER]) is None
     logged = [record for record in caplog.records if "always returns None" in record.getMessage()]

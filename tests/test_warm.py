@@ -7,7 +7,9 @@ import pickle
 
 import pytest
 
-from rllm_renderers import detokenize, fast_encoder, tokenization
+from rllm_renderers.encoding import detokenize
+from rllm_renderers.encoding import fast_encoder
+from rllm_renderers.encoding import tokenization
 from tests.families import FAMILIES
 
 FAMILY = {family.module: family for family in FAMILIES}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rllm_renderers.bridge import close_end, first_stop_end
+from rllm_renderers.bridging.bridge import close_end, first_stop_end
 
 
 def sampled_turn(renderer, history, assistant, tools, new=None):

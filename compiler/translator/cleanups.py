@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from rllm_renderers import template_runtime
+from rllm_renderers.jinja import runtime as template_runtime
 
 from . import ir
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from jinja2 import nodes
 from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
 
-from rllm_renderers import template_runtime
-from rllm_renderers.template_values import sandbox_may_refuse
+from rllm_renderers.jinja import runtime as template_runtime
+from rllm_renderers.jinja.values import sandbox_may_refuse
 
 from . import ir
 from .ir import attribute, call, const, jinja, name, store, subscript

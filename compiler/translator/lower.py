@@ -10,7 +10,7 @@ skipped silently.
 The result reads like the template: ``{{ x }}`` becomes ``out.append(x)``,
 ``{% for message in messages %}`` a ``for`` loop, ``message.content`` becomes
 ``message["content"]``. Where Jinja and Python differ the code calls a helper from
-:mod:`rllm_renderers.template_runtime` (imported as ``jinja``): the filters and tests
+:mod:`rllm_renderers.jinja.runtime` (imported as ``jinja``): the filters and tests
 of its ``FILTERS`` / ``TESTS`` / ``GLOBALS`` registry (``jinja.is_defined(x)``, ...).
 
 Jinja scoping is kept exact: a loop body is a fresh scope every iteration (a ``set``
@@ -78,7 +78,7 @@ IMPURE_READS = frozenset({"strftime_now", "caller"})
 def pure_macros(hoisted: dict[str, str], macros: dict[str, Counter[str]]) -> set[str]:
     """Hoisted macros whose text is a function of their arguments alone: they read no
     ``strftime_now`` (the clock) and no ``caller`` (the call block's body), and call only macros
-    like them.  Their methods are ``@jinja.memoized_macro`` (:mod:`rllm_renderers.frozen_inputs`)."""
+    like them.  Their methods are ``@jinja.memoized_macro`` (:mod:`rllm_renderers.jinja.frozen_inputs`)."""
     pure = {name_ for name_ in hoisted if not IMPURE_READS & set(+macros[name_])}
     while True:
         keep = {name_ for name_ in pure if all(other in pure for other in +macros[name_] if other in macros)}

@@ -2,7 +2,7 @@
 
 The bridge renders a conversation that extends the previous prompt's by a sampled turn and a few
 new messages. A message loop can be *resumed* near the end of the shorter conversation (see
-:mod:`rllm_renderers.resume` for the runtime side) when its body provably behaves the same in both
+:mod:`rllm_renderers.bridging.resume` for the runtime side) when its body provably behaves the same in both
 renders for every iteration before that point. That holds when, of the body (with the role
 methods it calls):
 

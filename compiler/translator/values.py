@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from jinja2 import nodes
 
-from rllm_renderers import template_runtime
+from rllm_renderers.jinja import runtime as template_runtime
 
 from .scopes import is_namespace_call, target_names
 

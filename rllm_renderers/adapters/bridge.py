@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import forksafe
-from ..parsing import as_token_ids
-from ..turns import cut_at_stop, tool_names
+from ..turns.parsing import as_token_ids
+from ..turns.boundaries import cut_at_stop, tool_names
 from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import forksafe
 from ..types import ParsedResponse, ParsedToolCall, RenderedTokens, ToolCallParseStatus
-from ..parsing import as_token_ids
+from ..turns.parsing import as_token_ids
 from .bridge import cut_at_stop
 
 logger = logging.getLogger(__name__)
@@ -341,7 +341,7 @@ def __getattr__(name: str) -> type:
     """``rllm_renderers.adapters.prime:<GeneratedClassName>`` for prime-rl's custom config."""
     if name.startswith("_") or not name[:1].isupper():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ..registry import generated_index
+    from ..core.generated_index import generated_index
 
     for entry in generated_index():
         if entry.class_name == name:  # imports only this module

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..names import PRIME_FAMILIES
-from ..registry import generated_index, served_by
+from ..core.names import PRIME_FAMILIES
+from ..core.generated_index import generated_index, served_by
 from .chat_template import chat_template_of, template_sha256
 
 __all__ = ["PRIME_FAMILIES", "generated_entry_for", "make_renderer", "renderer_options"]

@@ -13,14 +13,14 @@ What a reader of generated code should know:
   (``{% if xs | select("odd") %}`` is true even when nothing is selected), without ``len``.
   ``reverse`` returns a reverse iterator (also always truthy) except on strings.
 * Where Jinja returns a list (``sort``, ``list``, ``dictsort``, ``groupby``, ``batch``'s rows)
-  the list is a :class:`~rllm_renderers.template_values.TemplateList`, so a missing index
+  the list is a :class:`~rllm_renderers.jinja.values.TemplateList`, so a missing index
   reads as Undefined as it does in Jinja.
 * Errors Jinja raises as its own exceptions (a filter argument it refuses, an Undefined used)
-  raise :class:`~rllm_renderers.template_values.TemplateError` with Jinja's message; errors
+  raise :class:`~rllm_renderers.jinja.values.TemplateError` with Jinja's message; errors
   Jinja lets Python raise (``TypeError``, ...) are raised as they are.
 
-:data:`FILTERS` maps every Jinja filter name, aliases included, to its function;
-:data:`REFUSED_FILTERS` names the ones a renderer cannot reproduce, and why.
+The filters that look another filter or a test up by name (``map``, ``select`` and the like) and
+the name tables themselves are in :mod:`.builtins`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from markupsafe import escape as _markup_escape
 
 from .caller_text import CallerText, MarkedText, json_with_marks, marked_join
 from .caller_text import mark_safe as marked_safe
-from .template_tests import TESTS
-from .template_values import (
+from .values import (
     TemplateDict,
     TemplateError,
     TemplateList,
@@ -55,8 +54,6 @@ from .template_values import (
 )
 
 __all__ = [
-    "FILTERS",
-    "REFUSED_FILTERS",
     "STR_FILTERS",
     "MARKUP_FILTERS",
     "MARKUP_KEEPING_FILTERS",
@@ -71,7 +68,6 @@ __all__ = [
     "filesizeformat",
     "filter_abs",
     "filter_format",
-    "filter_map",
     "filter_max",
     "filter_min",
     "filter_round",
@@ -86,16 +82,10 @@ __all__ = [
     "last",
     "length",
     "lower",
-    "map_attribute",
-    "map_filter",
     "mark_safe",
     "pprint",
-    "reject",
-    "reject_attr",
     "replace",
     "reverse",
-    "select",
-    "select_attr",
     "sort",
     "striptags",
     "title",
@@ -759,155 +749,6 @@ def filter_slice(value: Any, slices: int, fill_with: Any = None) -> Iterator[Tem
             column.append(fill_with)
         yield column
 
-
-# --- select / reject / map --------------------------------------------------------------
-
-
-def _run_test(name: Any, value: Any, args: tuple, kwargs: dict) -> bool:
-    test = TESTS.get(name) if isinstance(name, str) else None
-    if test is None:
-        raise TemplateError(f"No test named {name!r}.")
-    return test(value, *args, **kwargs)
-
-
-def _select_or_reject(value: Any, keep: bool, lookup_attribute: bool, args: tuple, kwargs: dict) -> Iterator[Any]:
-    """Jinja's ``select_or_reject``: a generator; its argument errors surface when iterated."""
-    if not value:
-        return
-    subject_of: Callable[[Any], Any] | None = None
-    if lookup_attribute:
-        if not args:
-            raise TemplateError("Missing parameter for attribute name")
-        subject_of = attribute_getter(args[0])
-        args = args[1:]
-    for item in value:
-        subject = subject_of(item) if subject_of else item
-        passes = _run_test(args[0], subject, args[1:], kwargs) if args else subject
-        if bool(passes) is keep:
-            yield item
-
-
-def select(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-    """``value | select([test, *test_args])``: the items that pass the test (truthy without one)."""
-    return _select_or_reject(value, True, False, args, kwargs)
-
-
-def reject(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-    """``value | reject([test, *test_args])``: the items that fail the test (falsy without one)."""
-    return _select_or_reject(value, False, False, args, kwargs)
-
-
-def select_attr(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-    """``value | selectattr(attribute[, test, *test_args])``."""
-    return _select_or_reject(value, True, True, args, kwargs)
-
-
-def reject_attr(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-    """``value | rejectattr(attribute[, test, *test_args])``."""
-    return _select_or_reject(value, False, True, args, kwargs)
-
-
-def filter_map(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-    """``value | map(filter_name, *filter_args)`` or ``value | map(attribute=..., default=...)`` (a generator)."""
-    if value:
-        if not args and "attribute" in kwargs:
-            kwargs = dict(kwargs)
-            attribute = kwargs.pop("attribute")
-            default_value = kwargs.pop("default", None)
-            if kwargs:
-                raise TemplateError(f"Unexpected keyword argument {next(iter(kwargs))!r}")
-            function = attribute_getter(attribute, default=default_value)
-        else:
-            if not args:
-                raise TemplateError("map requires a filter argument")
-            name, filter_args = args[0], args[1:]
-
-            def function(item: Any) -> Any:
-                filter_function = FILTERS.get(name) if isinstance(name, str) else None
-                if filter_function is None:
-                    raise TemplateError(REFUSED_FILTERS.get(name) or f"No filter named {name!r}.")
-                return filter_function(item, *filter_args, **kwargs)
-
-        for item in value:
-            yield function(item)
-
-
-def map_attribute(value: Any, attribute: Any, default: Any = None) -> Iterator[Any]:
-    """``value | map(attribute=..., default=...)`` (kept for the translator's older spelling)."""
-    return filter_map(value, attribute=attribute, default=default)
-
-
-def map_filter(value: Any, filter_function: Callable, *args: Any) -> Iterator[Any]:
-    """``value | map(filter, ...)`` with the filter's function given (the translator's older spelling)."""
-    if value:
-        for item in value:
-            yield filter_function(item, *args)
-
-
-# --- the registry ------------------------------------------------------------------------
-
-FILTERS: dict[str, Callable[..., Any]] = {
-    "abs": filter_abs,
-    "attr": attr,
-    "batch": batch,
-    "capitalize": capitalize,
-    "center": center,
-    "count": length,
-    "d": default,
-    "default": default,
-    "dictsort": dictsort,
-    "e": escape,
-    "escape": escape,
-    "filesizeformat": filesizeformat,
-    "first": first,
-    "float": to_float,
-    "forceescape": forceescape,
-    "format": filter_format,
-    "groupby": groupby,
-    "indent": indent,
-    "int": to_int,
-    "items": items,
-    "join": join,
-    "last": last,
-    "length": length,
-    "list": to_list,
-    "lower": lower,
-    "map": filter_map,
-    "max": filter_max,
-    "min": filter_min,
-    "pprint": pprint,
-    "reject": reject,
-    "rejectattr": reject_attr,
-    "replace": replace,
-    "reverse": reverse,
-    "round": filter_round,
-    "safe": mark_safe,
-    "select": select,
-    "selectattr": select_attr,
-    "slice": filter_slice,
-    "sort": sort,
-    "string": soft_str,
-    "striptags": striptags,
-    "sum": filter_sum,
-    "title": title,
-    "tojson": tojson,
-    "trim": trim,
-    "truncate": truncate,
-    "unique": unique,
-    "upper": upper,
-    "urlencode": urlencode,
-    "urlize": urlize,
-    "wordcount": wordcount,
-    "wordwrap": wordwrap,
-    "xmlattr": xmlattr,
-}
-"""Every jinja2 3.1.6 filter name (aliases too) a renderer reproduces -> its function."""
-
-REFUSED_FILTERS: dict[str, str] = {
-    "random": "`random` picks an item at random: no renderer can reproduce it (transformers' output differs "
-    "from one call to the next)",
-}
-"""Jinja filters transformers' environment has that a renderer cannot reproduce, with the reason."""
 
 # What a filter's result is, for a translator deciding whether ``str()`` is needed and whether ``+``
 # on the result escapes its other operand (it does when the result is a Markup).

@@ -6,7 +6,7 @@ Precedence (first match wins):
    ``"tinker:<name>"``, ``"fireworks:<name>"`` or ``"chat_template"``; an unprefixed name is tried
    as a generated family (module name, class name or ``rllm_renderers.generated.<module>:<Class>``),
    then as a PrimeIntellect family name the project renders itself (``"qwen3.5"``, ``"gpt-oss"``:
-   :data:`~rllm_renderers.names.PRIME_FAMILIES`), then as a ``renderers`` family, then as a
+   :data:`~rllm_renderers.core.names.PRIME_FAMILIES`), then as a ``renderers`` family, then as a
    tinker/Fireworks renderer name.
 2. A generated renderer, chosen by content. The candidates come from the static index the
    compiler writes beside the generated modules (``rllm_renderers.generated._index``), so
@@ -17,7 +17,7 @@ Precedence (first match wins):
       generated renderer whose template hashes differently logs a warning naming both hashes and
       falls through to step 3 (a template other than the one compiled is never rendered by it).
    b. It carries none (DeepSeek-V4 ships none; a stripped local copy): what it holds, its
-      fingerprint (:func:`~rllm_renderers.fingerprint.tokenizer_fingerprint`: vocabulary size,
+      fingerprint (:func:`~rllm_renderers.encoding.fingerprint.tokenizer_fingerprint`: vocabulary size,
       added tokens, a vocabulary sample) against the fingerprint the index records of the
       tokenizer each renderer was verified with, together with the name. A renderer the name
       points to (``model`` or a Hub id its path spells, in ``MODEL_IDS``, or mapped by
@@ -51,7 +51,7 @@ knob is a ValueError), the typed config of a ``renderers`` family (an unsupporte
 ValueError), and template variables for ``apply_chat_template`` (a name its template never reads
 is a ValueError); tinker renderers take none (their variants are names), so a tinker match with
 kwargs is skipped with a warning. ``thinking_retention`` (``"template"`` or ``"verbatim"``, see
-:mod:`rllm_renderers.bridge`) reaches a generated renderer's constructor; ``"verbatim"`` with any
+:mod:`rllm_renderers.bridging.bridge`) reaches a generated renderer's constructor; ``"verbatim"`` with any
 other backend is a ValueError (their bridges follow the template). Arguments of the wrong type (a
 model name passed as the tokenizer, non-dict kwargs) are a TypeError before anything is resolved.
 Nothing here touches the network.
@@ -59,19 +59,25 @@ Nothing here touches the network.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
-from .bridge import RETENTION_POLICIES
-from .fingerprint import tokenizer_fingerprint
+from ..adapters.chat_template import ChatTemplateAdapter, chat_template_of, template_sha256
+from ..bridging.bridge import RETENTION_POLICIES
+from ..encoding.fingerprint import tokenizer_fingerprint
 from .named_templates import DEFAULT, TOOL_USE, NamedTemplates
 from .names import generated_family_for_prime, model_spellings, prime_family_of
-from .tokenization import _requested_backend
+from .generated_index import (
+    SERVED_BY,
+    GeneratedEntry,
+    GeneratedRendererError,
+    ResolutionError,
+    generated_index,
+    served_by,
+)
+from ..encoding.tokenization import _requested_backend
 
 logger = logging.getLogger(__name__)
 
@@ -90,21 +96,6 @@ __all__ = [
 ]
 
 SOURCES = ("generated", "prime", "tinker", "chat_template")
-GENERATED_PACKAGE = "rllm_renderers.generated"
-#: The module (inside the generated package) holding the index the compiler writes.
-INDEX_MODULE = "_index"
-#: Generated renderer (compiled from a model's HF template) -> the one resolution picks instead by
-#: default, because the servers render that model's prompts with another reference and the tokens it
-#: samples follow it: vLLM and SGLang render gpt-oss with OpenAI's harmony encoder.
-SERVED_BY = {"gpt_oss": "gpt_oss_harmony"}
-
-
-class ResolutionError(LookupError):
-    """No renderer qualifies for this model / tokenizer / override."""
-
-
-class GeneratedRendererError(ResolutionError):
-    """A generated renderer matches, but it cannot be imported or built (or the index is stale)."""
 
 
 class AmbiguousRendererError(ResolutionError):
@@ -123,97 +114,6 @@ class Resolution:
     renderer: Any
     source: str
     name: str
-
-
-# --- the generated-renderer index --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GeneratedEntry:
-    """One generated renderer, as listed in the index; ``cls`` imports its module on first use."""
-
-    family: str  # the module name, e.g. "qwen3"
-    class_name: str
-    sha256: str
-    model_ids: tuple[str, ...]
-    package: str = GENERATED_PACKAGE
-    #: The fingerprint of the tokenizer it was verified with (None: verified without a real one).
-    tokenizer_fingerprint: str | None = None
-
-    @property
-    def import_path(self) -> str:
-        return f"{self.package}.{self.family}:{self.class_name}"
-
-    @property
-    def cls(self) -> type:
-        """The renderer class (imports this one module; GeneratedRendererError when it cannot)."""
-        return _load_class(self)
-
-    def matches(self, name: str) -> bool:
-        return name in (self.family, self.class_name, self.import_path)
-
-
-@functools.lru_cache(maxsize=None)
-def generated_index(package: str = GENERATED_PACKAGE) -> tuple[GeneratedEntry, ...]:
-    """Every generated renderer listed in ``package``'s index, sorted by module name (cached).
-
-    Reads the index only: no renderer module is imported. A package without an index is a
-    GeneratedRendererError (regenerate, or run ``python -m compiler check``);
-    ``generated_index.cache_clear()`` re-reads it.
-    """
-    name = f"{package}.{INDEX_MODULE}"
-    try:
-        index = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == package or (exc.name and package.startswith(exc.name + ".")):
-            logger.warning("no generated renderers: package %r is not importable", package)
-            return ()
-        if exc.name != name:
-            raise _unreadable_index(name, exc) from exc
-        raise GeneratedRendererError(
-            f"{package} has no index ({name}); regenerate a renderer with the compiler "
-            "(python -m compiler generate) to write it"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - a damaged file (half-written, hand-edited): whatever it raises
-        raise _unreadable_index(name, exc) from exc
-    try:
-        fingerprints = getattr(index, "TOKENIZER_FINGERPRINTS", {})  # an index written before fingerprints has none
-        return tuple(
-            GeneratedEntry(family, class_name, sha256, tuple(model_ids), package, fingerprints.get(family))
-            for family, (class_name, sha256, model_ids) in sorted(index.RENDERERS.items())
-        )
-    except Exception as exc:  # noqa: BLE001 - not {module: (class, sha256, model ids)}
-        raise _unreadable_index(name, exc) from exc
-
-
-def _unreadable_index(name: str, exc: Exception) -> GeneratedRendererError:
-    return GeneratedRendererError(
-        f"the generated index {name} cannot be read ({type(exc).__name__}: {exc}); run python -m compiler "
-        "check to find what is stale, and regenerate (python -m compiler generate) to rewrite it"
-    )
-
-
-_class_cache: dict[GeneratedEntry, type] = {}
-
-
-def _load_class(entry: GeneratedEntry) -> type:
-    if entry in _class_cache:
-        return _class_cache[entry]
-    module_name = f"{entry.package}.{entry.family}"
-    try:
-        module = importlib.import_module(module_name)
-        cls = getattr(module, entry.class_name)
-    except Exception as exc:  # noqa: BLE001 - whatever broke, the caller must hear of it
-        raise GeneratedRendererError(
-            f"generated renderer {entry.import_path} cannot be imported: {type(exc).__name__}: {exc}"
-        ) from exc
-    if getattr(cls, "TEMPLATE_SHA256", None) != entry.sha256:
-        raise GeneratedRendererError(
-            f"the generated index is stale: it lists {entry.import_path} with template sha256 {entry.sha256}, "
-            f"the class says {getattr(cls, 'TEMPLATE_SHA256', None)}; run python -m compiler check"
-        )
-    _class_cache[entry] = cls
-    return cls
 
 
 def _generated_by_template(model: str, template: str) -> GeneratedEntry | None:
@@ -308,19 +208,6 @@ def _ambiguity(model: str, tied: tuple[GeneratedEntry, ...]) -> AmbiguousRendere
     )
 
 
-def served_by(entry: GeneratedEntry | None) -> GeneratedEntry | None:
-    """``entry``, or the generated renderer that ``SERVED_BY`` names in its place."""
-    if entry is None or entry.family not in SERVED_BY:
-        return entry
-    target = SERVED_BY[entry.family]
-    served = next((e for e in generated_index(entry.package) if e.family == target), None)
-    if served is None:
-        raise GeneratedRendererError(
-            f"{entry.import_path} is served by generated renderer {target!r}, which the index does not list"
-        )
-    return served
-
-
 def _build_generated(
     entry: GeneratedEntry, tokenizer: Any, kwargs: dict[str, Any], retention: str | None = None
 ) -> Resolution:
@@ -350,7 +237,7 @@ def _with_named_templates(
 ) -> Resolution:
     """A generated renderer of a tokenizer that also ships a different ``tool_use`` template:
     calls with tools go to the renderer compiled from that one, as apply_chat_template's do, or
-    raise when none was (see :mod:`rllm_renderers.named_templates`)."""
+    raise when none was (see :mod:`rllm_renderers.core.named_templates`)."""
     templates = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
     if not isinstance(templates, Mapping) or not isinstance(templates.get(TOOL_USE), str):
         return resolution
@@ -380,7 +267,7 @@ def _try_prime(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution
     if family is None:  # (known without importing renderers)
         return None
     try:
-        from .adapters import prime
+        from ..adapters import prime
     except ImportError:
         return None
     try:
@@ -397,7 +284,7 @@ def _try_prime(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution
 
 def _try_tinker(model: str, tokenizer: Any, kwargs: dict[str, Any]) -> Resolution | None:
     try:
-        from .adapters import tinker
+        from ..adapters import tinker
 
         name = tinker.recommended_name(model)
     except ImportError:
@@ -477,7 +364,7 @@ def _explicit(
         raise ResolutionError(f"renderer={override!r} is not a generated renderer; other backends need a tokenizer")
     if backend in ("", "prime"):
         try:
-            from .adapters import prime
+            from ..adapters import prime
 
             return Resolution(prime.create(name, tokenizer, kwargs), "prime", name)
         except (ImportError, LookupError) as exc:
@@ -485,7 +372,7 @@ def _explicit(
                 raise ResolutionError(f"renderer={override!r}: {exc}") from exc
     if backend in ("", "tinker", "fireworks"):
         try:
-            from .adapters import tinker
+            from ..adapters import tinker
 
             adapter = tinker.create(name, tokenizer, model)
         except (ImportError, LookupError) as exc:
@@ -518,7 +405,7 @@ def _check_arguments(
         callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))
     ):
         raise TypeError(
-            f"tokenizer must be a tokenizer object (e.g. rllm_renderers.loading.load_tokenizer(folder) or "
+            f"tokenizer must be a tokenizer object (e.g. rllm_renderers.encoding.loading.load_tokenizer(folder) or "
             f"transformers.AutoTokenizer.from_pretrained(...)) or None, got {type(tokenizer).__name__} {tokenizer!r:.80}"
         )
     if renderer is not None and not isinstance(renderer, str):

@@ -34,13 +34,10 @@ guess.
 from __future__ import annotations
 
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Protocol
 
-from .template_runtime import Cycler, Joiner
-from .template_values import Namespace, TemplateStr, Undefined
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .output import RenderOutput
+from ..jinja.runtime import Cycler, Joiner
+from ..jinja.values import Namespace, TemplateStr, Undefined
 
 #: Values that change in place when the template calls them (``joiner()``, ``cycler.next()``): a
 #: snapshot cannot hold them, so a loop whose state holds one records no checkpoint.
@@ -183,8 +180,17 @@ def restore(recorded: tuple, values: tuple) -> None:
 # --- the loop ---------------------------------------------------------------------------
 
 
+class LoopOutput(Protocol):
+    """What the loop needs of the render's output (:class:`~rllm_renderers.core.output.RenderOutput`)."""
+
+    loop_run: "LoopRun"
+    parts: list[str]
+
+    def skip_to(self, origin: int) -> None: ...
+
+
 def message_loop(
-    out: "RenderOutput", items: Any, lookahead: int, leading: int, lists: tuple, state: tuple, scans: tuple
+    out: "LoopOutput", items: Any, lookahead: int, leading: int, lists: tuple, state: tuple, scans: tuple
 ) -> Iterator:
     """``enumerate(items)``, resumed from the render's checkpoint where that is exact, recording one
     when the render asks for it (see the module docstring and ``RenderOutput.message_loop``)."""
@@ -216,7 +222,7 @@ def message_loop(
     return chain(enumerate(islice(items, start, stop), start), recording)
 
 
-def _recording_from(out: "RenderOutput", items: Any, stop: int, entry: tuple, state: tuple) -> Iterator:
+def _recording_from(out: "LoopOutput", items: Any, stop: int, entry: tuple, state: tuple) -> Iterator:
     """Record the checkpoint when the loop reaches iteration ``stop``, then go on."""
     try:
         out.loop_run.pending = PendingCheckpoint(*entry, stop, snapshot(state), len(out.parts))

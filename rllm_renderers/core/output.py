@@ -1,5 +1,5 @@
 """The text buffer a generated renderer writes into, with message attribution marks (and the caller
-text its pieces carry: :mod:`rllm_renderers.caller_text`)."""
+text its pieces carry: :mod:`rllm_renderers.jinja.caller_text`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import bisect
 from itertools import accumulate
 from typing import Any, Iterator
 
-from . import resume
-from .caller_text import MARKED_TYPES, marks_of, sources_by_message
+from ..bridging import resume
+from ..jinja.caller_text import MARKED_TYPES, marks_of, sources_by_message
 
 
 class RenderOutput:
@@ -22,11 +22,11 @@ class RenderOutput:
     (``messages[1:]``) or loops over a filtered copy.
 
     Which characters are a message's own text is not decided here: the pieces carry it
-    (:mod:`rllm_renderers.caller_text`), and :meth:`caller_ranges` reads it off them when
+    (:mod:`rllm_renderers.jinja.caller_text`), and :meth:`caller_ranges` reads it off them when
     attribution is asked for, with the message each range belongs to.
 
     A message loop the compiler proved resumable is ``out.message_loop(...)``
-    (:mod:`rllm_renderers.resume`): with ``record=True`` the render keeps a
+    (:mod:`rllm_renderers.bridging.resume`): with ``record=True`` the render keeps a
     :attr:`checkpoint` in it; with ``resume_from=`` a checkpoint of a shorter
     conversation it skips what that render already wrote, when that is exact. Then
     :meth:`text` and every offset here start at :attr:`origin`, the character of the
@@ -57,7 +57,7 @@ class RenderOutput:
         state: tuple = (),
         scans: tuple = (),
     ) -> Iterator:
-        """``enumerate(items)`` for a resumable message loop (see :mod:`rllm_renderers.resume`):
+        """``enumerate(items)`` for a resumable message loop (see :mod:`rllm_renderers.bridging.resume`):
         the loop body reads ``items`` and ``lists`` at most ``lookahead`` messages ahead (and their
         first ``leading``; beyond that only through the ``scans`` tests) and nothing from outside
         it but ``state``."""
@@ -133,7 +133,7 @@ class RenderOutput:
 
     def caller_ranges(self, starts: list[int] | None = None) -> list[tuple[int, int, int]]:
         """``(start, end, message_index)`` of every piece of caller text written, in order: a
-        message's own text (:mod:`rllm_renderers.caller_text`), wherever the template wrote it,
+        message's own text (:mod:`rllm_renderers.jinja.caller_text`), wherever the template wrote it,
         with the index of the message it came from (-1: a message not among those rendered).
 
         ``starts``: :meth:`part_starts`, when the caller already has them.

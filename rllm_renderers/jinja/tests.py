@@ -1,21 +1,21 @@
 """Jinja's builtin tests (``x is defined``, ``x is divisibleby 3``) as Python functions.
 
 Each test is ``is_<name>(value, *args)`` and behaves as jinja2 3.1.6's own on every input,
-:class:`~rllm_renderers.template_values.Undefined` included (it is a string of length 0 that
+:class:`~rllm_renderers.jinja.values.Undefined` included (it is a string of length 0 that
 iterates as empty: ``is sequence`` and ``is iterable`` hold for it, as in Jinja).
-:data:`TESTS` maps every Jinja test name, aliases included, to its function.
+The tests that look a name up (``is filter``, ``is test``) and the name table :data:`TESTS` are in
+:mod:`.builtins`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from numbers import Number
-from typing import Any, Callable
+from typing import Any
 
-from .template_values import Undefined
+from .values import Undefined
 
 __all__ = [
-    "TESTS",
     "is_boolean",
     "is_callable",
     "is_defined",
@@ -25,7 +25,6 @@ __all__ = [
     "is_escaped",
     "is_even",
     "is_false",
-    "is_filter",
     "is_float",
     "is_ge",
     "is_gt",
@@ -43,7 +42,6 @@ __all__ = [
     "is_sameas",
     "is_sequence",
     "is_string",
-    "is_test",
     "is_true",
     "is_undefined",
     "is_upper",
@@ -200,59 +198,3 @@ def is_sameas(value: Any, other: Any) -> bool:
 def is_in(value: Any, seq: Any) -> bool:
     """``value is in(seq)``."""
     return value in seq
-
-
-def is_filter(value: Any) -> bool:
-    """``value is filter``: a filter of that name exists in transformers' environment."""
-    from .template_filters import FILTERS, REFUSED_FILTERS
-
-    return value in FILTERS or value in REFUSED_FILTERS
-
-
-def is_test(value: Any) -> bool:
-    """``value is test``: a test of that name exists in transformers' environment."""
-    return value in TESTS
-
-
-TESTS: dict[str, Callable[..., bool]] = {
-    "!=": is_ne,
-    "<": is_lt,
-    "<=": is_le,
-    "==": is_eq,
-    ">": is_gt,
-    ">=": is_ge,
-    "boolean": is_boolean,
-    "callable": is_callable,
-    "defined": is_defined,
-    "divisibleby": is_divisibleby,
-    "eq": is_eq,
-    "equalto": is_eq,
-    "escaped": is_escaped,
-    "even": is_even,
-    "false": is_false,
-    "filter": is_filter,
-    "float": is_float,
-    "ge": is_ge,
-    "greaterthan": is_gt,
-    "gt": is_gt,
-    "in": is_in,
-    "integer": is_integer,
-    "iterable": is_iterable,
-    "le": is_le,
-    "lessthan": is_lt,
-    "lower": is_lower,
-    "lt": is_lt,
-    "mapping": is_mapping,
-    "ne": is_ne,
-    "none": is_none,
-    "number": is_number,
-    "odd": is_odd,
-    "sameas": is_sameas,
-    "sequence": is_sequence,
-    "string": is_string,
-    "test": is_test,
-    "true": is_true,
-    "undefined": is_undefined,
-    "upper": is_upper,
-}
-"""Every jinja2 3.1.6 test name (aliases too) -> the function that implements it."""

@@ -1,7 +1,7 @@
 """What a renderer remembers of the prompts it produced, so that the bridge can go on from them.
 
 A prompt's :class:`History` is the conversation behind it as the template saw it, the template's
-text for it, and the message loop's checkpoint (:mod:`rllm_renderers.resume`); the renderer keeps
+text for it, and the message loop's checkpoint (:mod:`rllm_renderers.bridging.resume`); the renderer keeps
 the histories of its recent prompts in :class:`PromptHistories`, keyed by the prompt's ids. The text
 of a bridged prompt is a :class:`PromptText`: the previous prompt's text up to where the bridge's
 render resumed, then the new text, with no copy of the shared part.
@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from . import forksafe
+from .. import forksafe
 
 #: Tokens at the end of a prompt that key it in memory (with its length).
 PROMPT_TAIL_TOKENS = 16

@@ -1,6 +1,6 @@
 """Jinja's values in Python: Undefined, lookups that never raise, the sandbox's attribute rules.
 
-The building blocks of :mod:`rllm_renderers.template_runtime` (which re-exports everything
+The building blocks of :mod:`rllm_renderers.jinja.runtime` (which re-exports everything
 public here; generated code only ever imports that module, as ``jinja``):
 
 * a missing key or variable is an :class:`Undefined` value that renders as ``""``,

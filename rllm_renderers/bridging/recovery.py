@@ -19,7 +19,7 @@ last user query, comes from it), so it recovers that history from the prompt its
    so every reading of the text is found (more than :data:`MAX_READINGS` is ambiguous).
 3. **Prove.** The bridge then treats the recovered conversation as a caller's ``messages=``
    that it cannot vouch for: the template's render of it must encode to exactly the prompt's
-   ids (:func:`rllm_renderers.bridge.renders_previous_prompt`), in both retention policies.
+   ids (:func:`rllm_renderers.bridging.bridge.renders_previous_prompt`), in both retention policies.
 4. **Hidden fields.** A prompt does not show everything a message holds (which tool call a
    result answers, reasoning the template dropped, content it never writes). Each such field
    is given other values (:func:`hidden_variants`); a variant whose render is still the prompt's
@@ -36,15 +36,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from . import template_runtime as jinja
-from .parsing import parse_text
-from .turns import close_lead_of, content_lead_of
-from .types import Message
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .base import GeneratedRenderer
+from ..turns.parsing import parse_text
+from ..turns.messages import RENDERABLE_CALLS, message_from_parse
+from .contract import BridgeableRenderer
+from ..turns.boundaries import close_lead_of, content_lead_of
+from ..types import Message
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +77,7 @@ class Unrecoverable(Exception):
     """The prompt's text cannot be read back into a conversation (the message says why)."""
 
 
-def explain_once(renderer: "GeneratedRenderer", reason: str, *, always_debug: bool = False) -> None:
+def explain_once(renderer: BridgeableRenderer, reason: str, *, always_debug: bool = False) -> None:
     """Log why a prompt the renderer did not render gets no bridge: as a warning once per renderer
     class and kind of reason, at debug level every time."""
     key = (type(renderer), reason.split(":")[0])
@@ -106,7 +104,7 @@ class Candidate:
 class Reader:
     """Splits one prompt's text into messages (see the module docstring)."""
 
-    def __init__(self, renderer: "GeneratedRenderer", text: str, template_tools: Any, tools: Any) -> None:
+    def __init__(self, renderer: BridgeableRenderer, text: str, template_tools: Any, tools: Any) -> None:
         self.renderer = renderer
         self.text = text
         self.template_tools = template_tools
@@ -346,7 +344,7 @@ def unanswered_call(messages: list[Message]) -> dict | None:
     return None
 
 
-def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: str, tools: Any) -> Message | None:
+def turn_message(renderer: BridgeableRenderer, text: str, stop: str, opening: str, tools: Any) -> Message | None:
     """The assistant message a turn's text (after the opening, before its stop) encodes, parsed as
     ``parse_response`` parses a sampled turn; None when it does not parse cleanly."""
     close_lead = close_lead_of(renderer.TURN, text, stop)
@@ -363,8 +361,6 @@ def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: s
         tools=tools,
         close_lead=close_lead,
     )
-    from .bridge import RENDERABLE_CALLS, message_from_parse
-
     if any(call.status not in RENDERABLE_CALLS for call in parsed.calls) or parsed.reasoning_complete is False:
         return None
     return message_from_parse(parsed)
@@ -381,7 +377,7 @@ def fill(message: Message, values: dict[int, str]) -> Message:
     return {key: filled(value) if isinstance(value, str) else value for key, value in message.items()}
 
 
-def structured_turns(renderer: "GeneratedRenderer", messages: list[Message], tools: Any) -> list[Message]:
+def structured_turns(renderer: BridgeableRenderer, messages: list[Message], tools: Any) -> list[Message]:
     """``messages`` with each assistant turn read as one content text parsed into the turn it holds
     (reasoning, tool calls), where it parses cleanly and differs."""
     structured = []
@@ -440,7 +436,7 @@ def reverse_call_ids(message: Message) -> Message:
 # --- the entry point -----------------------------------------------------------------------------
 
 
-def recover_conversation(renderer: "GeneratedRenderer", prompt_text: str, tools: Any) -> Recovery:
+def recover_conversation(renderer: BridgeableRenderer, prompt_text: str, tools: Any) -> Recovery:
     """The conversation the prompt's text was rendered from, and the variants it cannot tell apart
     from it; Unrecoverable (with the reason) when the text cannot be read back."""
     if renderer.TURN is None:

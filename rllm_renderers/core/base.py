@@ -8,22 +8,22 @@ handling, token ids with per-token message attribution.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, NamedTuple
 
-from . import template_runtime as jinja
-from .bridge import RETENTION_POLICIES, bridge_turn
-from .caller_text import CallerText, caller_data
-from .prompt_memory import History, PromptHistories
-from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
+from ..jinja import runtime as jinja
+from ..bridging.bridge import RETENTION_POLICIES, bridge_turn
+from ..jinja.caller_text import CallerText, caller_data
+from ..bridging.memory import History, PromptHistories
+from ..turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
-from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
-from .turns import close_lead_of, content_lead_of, tool_names
-from .unencodable import refuse_unencodable
-from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
+from ..encoding.offsets import inside_ranges, span_values
+from ..turns.parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
+from ..turns.boundaries import close_lead_of, content_lead_of, tool_names
+from ..encoding.unencodable import refuse_unencodable
+from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class _PrimeConfigClass:
 
     def __get__(self, instance: Any, owner: type) -> type:
         try:
-            from .adapters.prime import config_class_for
+            from ..adapters.prime import config_class_for
 
             return config_class_for(owner)
         except ImportError as exc:
@@ -110,7 +110,7 @@ class GeneratedRenderer(ABC):
             raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
         self.thinking_retention = retention
         if tokenizer is not None:
-            from .tokenization import _requested_backend
+            from ..encoding.tokenization import _requested_backend
 
             _requested_backend(None)  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
         self.plain_content_roles = _plain_content_roles(control_token_safe)
@@ -156,7 +156,7 @@ class GeneratedRenderer(ABC):
     def _warm_if_encodable(self) -> None:
         """:meth:`warm`, for a tokenizer the encoder takes (a fast one); another (a slow tokenizer, a
         stand-in) is refused where an encode is asked for, as before."""
-        from .tokenization import has_backend
+        from ..encoding.tokenization import has_backend
 
         if self.tokenizer is not None and has_backend(self.tokenizer):
             self.warm()
@@ -326,7 +326,7 @@ class GeneratedRenderer(ABC):
         counted from ``first_index``).
 
         ``marked``: every string of a message but its role is caller text
-        (:mod:`rllm_renderers.caller_text`), so that the render says where the template wrote it
+        (:mod:`rllm_renderers.jinja.caller_text`), so that the render says where the template wrote it
         (attribution, the control-token-safe mode). A render whose text is all that is asked for
         (``render_text``, ``render_ids`` of a renderer without that mode) leaves it out: the same
         text, without the cost of carrying the marks."""
@@ -380,7 +380,7 @@ class GeneratedRenderer(ABC):
 
         ``record``: keep a checkpoint of the message loop (``out.checkpoint``) for a later bridge;
         ``resume_from``: such a checkpoint of a conversation this one extends, to skip what that
-        render already wrote where that is exact (see :mod:`rllm_renderers.resume`).
+        render already wrote where that is exact (see :mod:`rllm_renderers.bridging.resume`).
 
         What the template raises itself (``raise_exception``, an undefined value used) is a
         ``TemplateError``; a Python ``TypeError`` (where Jinja raises one too) becomes a
@@ -408,19 +408,19 @@ class GeneratedRenderer(ABC):
 
     @property
     def encoder(self):
-        """The tokenizer's :class:`~rllm_renderers.tokenization.TextEncoder` for its vocabulary as it is
+        """The tokenizer's :class:`~rllm_renderers.encoding.tokenization.TextEncoder` for its vocabulary as it is
         now: after ``tokenizer.add_special_tokens(...)`` (the vocabulary grew) the encoder, and with it
         the parse facts and the byte table, are built again, so ids, decoding and parsing follow the
         tokenizer (one C call per use compares the size)."""
         if self.tokenizer is None:
             raise ValueError(f"{type(self).__name__} was built without a tokenizer; only render_text is available")
         if self._vocabulary is None:
-            from .tokenization import _backend_of
+            from ..encoding.tokenization import _backend_of
 
             self._vocabulary = _backend_of(self.tokenizer)
         size = self._vocabulary.get_vocab_size(with_added_tokens=True)
         if self._encoder is None or size != self._encoder_vocab_size:
-            from .tokenization import text_encoder_for
+            from ..encoding.tokenization import text_encoder_for
 
             self._encoder, self._encoder_vocab_size = text_encoder_for(self.tokenizer), size
         return self._encoder
@@ -710,7 +710,7 @@ class GeneratedRenderer(ABC):
         encoder = self.encoder
         facts = getattr(self, "_parse_cache", None)
         if facts is None or facts.encoder is not encoder:
-            from .detokenize import detokenizer_for
+            from ..encoding.detokenize import detokenizer_for
 
             stop_ids = tuple(dict.fromkeys(self.get_stop_token_ids()))
             close = self.TURN.close if self.TURN is not None else ""
@@ -734,7 +734,7 @@ class GeneratedRenderer(ABC):
         """``result`` as PrimeIntellect's own type when prime-rl built this renderer, else as is."""
         if not getattr(self, "prime_results", False) or result is None:
             return result
-        from .adapters.prime import to_prime_result
+        from ..adapters.prime import to_prime_result
 
         return to_prime_result(result)
 
@@ -764,7 +764,7 @@ class GeneratedRenderer(ABC):
         ``messages``: the conversation the previous prompt was rendered from (without the sampled
         turn). Without it the renderer must have produced that prompt itself (``render_ids`` with
         the generation prompt, or an earlier bridge). The full contract is in
-        :mod:`rllm_renderers.bridge`.
+        :mod:`rllm_renderers.bridging.bridge`.
         """
         self.bridging = True
         try:
@@ -851,31 +851,3 @@ def cut_at_stop_string(text: str, stops: list[str]) -> tuple[str, str | None]:
         return text, None
     at, _, stop = min(found)
     return text[:at], stop
-
-
-def inside_ranges(offsets: list[int], ranges: list[tuple[int, int]]) -> list[bool]:
-    """Per offset (ascending), whether it falls in one of the half-open character ranges."""
-    flags = [False] * len(offsets)
-    for start, end in ranges:  # the offsets in a range are one slice of them
-        low, high = bisect.bisect_left(offsets, start), bisect.bisect_left(offsets, end)
-        if low < high:
-            flags[low:high] = [True] * (high - low)
-    return flags
-
-
-def span_values(offsets: list[int], spans: list[tuple[int, int]]) -> list[int]:
-    """Per offset (ascending), the value of the span it falls in; ``spans`` are ``(start, value)``
-    pairs in ascending order, each reaching to the next start, the first starting at or before
-    the first offset."""
-    values = [0] * len(offsets)
-    first = max(bisect.bisect_right(spans, (offsets[0], float("inf"))) - 1, 0) if offsets else 0
-    low = 0
-    for position in range(first, len(spans)):
-        start, value = spans[position]
-        high = bisect.bisect_left(offsets, spans[position + 1][0], low) if position + 1 < len(spans) else len(offsets)
-        if low < high:
-            values[low:high] = [value] * (high - low)
-        low = max(low, high)
-        if low == len(offsets):
-            break
-    return values

@@ -2,7 +2,7 @@
 
 The parser needs the text of a completion and, for each tool call, the tokens its characters
 came from: the smallest ``k`` whose prefix ``ids[:k]`` decodes to at least ``c`` characters
-(:func:`rllm_renderers.parsing.char_to_token`).  Asking the tokenizer to decode growing prefixes
+(:func:`rllm_renderers.turns.parsing.char_to_token`).  Asking the tokenizer to decode growing prefixes
 costs one library call per probe; for a byte-level tokenizer both questions have table answers.
 
 What the ``tokenizers`` library (0.23) does in ``Tokenizer.decode(ids, skip_special_tokens=False)``:
@@ -39,8 +39,8 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
 
-from . import forksafe
-from .fast_encoder import bytes_of_byte_level
+from .. import forksafe
+from .span_bpe import bytes_of_byte_level
 from .tokenization import _backend_of, added_tokens_of
 
 __all__ = ["Detokenizer", "DecodedIds", "detokenizer_for"]

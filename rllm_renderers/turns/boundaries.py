@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .formats import TurnFormat
-from .types import Message
+from ..types import Message
 
 
 def close_lead_of(turn: TurnFormat, text: str, stop: str | None) -> str:

@@ -30,8 +30,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
-from . import forksafe
-from .template_values import TemplateDict, TemplateList, TemplateStr, template_data
+from .. import forksafe
+from .values import TemplateDict, TemplateList, TemplateStr, template_data
 
 __all__ = ["template_tools", "memoized_macro"]
 

@@ -3,21 +3,21 @@
 ``rank_bpe_plan(backend)`` decides, from the ``tokenizers.Tokenizer``'s own JSON, whether its
 ``normalizer -> pre_tokenizer -> BPE`` pipeline on a text span computes exactly what tiktoken's
 core BPE computes with the same regex and ranks; if so it returns a :class:`RankBpe` that encodes
-spans (the text between added tokens; :mod:`rllm_renderers.tokenization` finds those itself).
+spans (the text between added tokens; :mod:`rllm_renderers.encoding.tokenization` finds those itself).
 ``span_bpe_for(backend, engines)`` returns, under the same proof, the first of ``engines`` that can
 run: :class:`RankBpe` (tiktoken; the default, built in a fraction of the tokenizer's load time) or
 ``fastokens_spans.FastokensBpe`` (a Rust reimplementation of the library's encode path, given the
 tokenizer's own pre-tokenizer and merges, faster per render but slower to build and a second full
 tokenizer in memory; the proof is the condition for using it, as for tiktoken, and its ids are
 compared with the library's by the same differential tests).  The proof's verdict and rank table
-are remembered per tokenizer content (:mod:`rllm_renderers.proof_cache`, checked before use);
+are remembered per tokenizer content (:mod:`rllm_renderers.encoding.proof_cache`, checked before use);
 fastokens never reads the rank table.
 
 What is proved, and how (the conditions checked, in order):
 
 1. *Pipeline.*  Normalizer: none, an empty ``Sequence``, or ``NFC`` (applied here with the
    library's own ``NFC`` normalizer, to non-ASCII spans that
-   :func:`_nfc_leaves_alone` cannot show it leaves unchanged).  Pre-tokenizer: ``Split`` stages
+   :func:`nfc_leaves_alone` cannot show it leaves unchanged).  Pre-tokenizer: ``Split`` stages
    (``behavior="Isolated"``, ``invert=False``) followed by ``ByteLevel(add_prefix_space=False)``, or ``ByteLevel`` alone (its own GPT-2 regex
    when ``use_regex``, else the whole span is one word).  Model: ``BPE`` without dropout, byte
    fallback, continuing-subword prefix or end-of-word suffix, and with all 256 byte symbols.
@@ -87,18 +87,18 @@ from array import array
 import hashlib
 import itertools
 import json
-import os
 import re
 import threading
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from . import forksafe, proof_cache
+from .. import forksafe
+from . import proof_cache
+from .span_bpe import BYTE_OF, SpanBpe, bytes_of_byte_level, coverage_note
 
-__all__ = ["SpanBpe", "RankBpe", "rank_bpe_plan", "bytes_of_byte_level"]
+__all__ = ["RankBpe", "rank_bpe_plan", "span_bpe_for"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
 #: Bumped when the conditions proved here change (invalidates remembered proofs).
@@ -107,128 +107,8 @@ PROOF_VERSION = "5"
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def _byte_level_alphabet() -> dict[str, int]:
-    """ByteLevel's printable stand-in character for each byte -> the byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping = {chr(byte): byte for byte in printable}
-    shifted = 0
-    for byte in range(256):
-        if byte not in printable:
-            mapping[chr(256 + shifted)] = byte
-            shifted += 1
-    return mapping
-
-
-_BYTE_OF = _byte_level_alphabet()
-# bytes.translate table: 1 for a UTF-8 byte that starts a character, 0 for a continuation byte.
-_STARTS_A_CHARACTER = bytes(0 if 0x80 <= byte < 0xC0 else 1 for byte in range(256))
-_TO_LATIN1 = str.maketrans({ch: chr(byte) for ch, byte in _BYTE_OF.items()})
-
-
-def bytes_of_byte_level(token: str) -> bytes:
-    """The bytes a ByteLevel vocabulary string stands for (UnicodeEncodeError for a foreign character)."""
-    return token.translate(_TO_LATIN1).encode("latin-1")
-
-
 class _NotProvable(Exception):
     """The tokenizer is not provably a rank-based BPE; the message says which condition fails."""
-
-
-@dataclass
-class SpanBpe:
-    """Encodes a span (text without added tokens) exactly as the library's pipeline does, with the
-    engine of a subclass (:class:`RankBpe`: tiktoken; ``fastokens_spans.FastokensBpe``: fastokens).
-
-    What is shared: the library's NFC (skipped where :func:`_nfc_leaves_alone` proves it changes
-    nothing), the refusal of spans that contain a shortcut-only token's text, and token starts from
-    byte lengths."""
-
-    pattern: str
-    stages: tuple[str, ...]
-    nfc: bool
-    #: Texts of the tokens only the library's whole-word shortcut gives (module doc, "Left out"):
-    #: a span containing one is not ours to encode (:meth:`encode` returns None).
-    shortcut_only: tuple[str, ...] = field(default=(), kw_only=True)
-    #: How many vocabulary tokens were left out of the ranks (never made by the merge loop).
-    left_out: int = field(default=0, kw_only=True)
-    _shortcut_search: Any = field(default=None, repr=False, kw_only=True)
-    _byte_lengths: Any = field(default=None, repr=False, kw_only=True)
-
-    #: The engine's name (``TextEncoder.backend``).
-    engine = ""
-
-    def __post_init__(self) -> None:
-        if self.nfc:
-            # The library's own NFC: Python's unicodedata follows another Unicode version, and the
-            # canonical order of some newer combining marks differs (e.g. U+0EB8 U+0EBA).
-            from tokenizers.normalizers import NFC
-
-            self._nfc = NFC().normalize_str
-        if self.shortcut_only:
-            longest_first = sorted(self.shortcut_only, key=len, reverse=True)
-            self._shortcut_search = re.compile("|".join(map(re.escape, longest_first))).search
-
-    def note(self) -> str:
-        """What the engine does not cover here ("" when it covers every span)."""
-        return _note(self.shortcut_only, self.left_out)
-
-    def normalized(self, span: str) -> str:
-        """The span after the library's normalizer (NFC or none)."""
-        if self.nfc and not span.isascii() and not _nfc_leaves_alone(span):
-            return self._nfc(span)
-        return span
-
-    def refuses(self, normalized: str) -> bool:
-        """True when the (normalized) span contains a shortcut-only token's text: the library's to encode."""
-        return self._shortcut_search is not None and self._shortcut_search(normalized) is not None
-
-    def encode(self, span: str) -> list[int] | None:
-        """The span's ids, or None when it contains a shortcut-only token's text (the library's to encode)."""
-        return self._encode_normalized(self.normalized(span))
-
-    def encode_with_starts(self, span: str) -> tuple[list[int] | None, list[int] | None]:
-        """``(encode(span), starts(span, those ids))``, normalizing the span once."""
-        normalized = self.normalized(span)
-        ids = self._encode_normalized(normalized)
-        if ids is None or normalized != span:
-            return ids, None
-        return ids, self.starts(span, ids, unchanged_by_nfc=True)
-
-    def encode_many(self, spans: list[str]) -> list[list[int] | None]:
-        """``[encode(span) for span in spans]`` (an engine may do it in fewer calls)."""
-        return [self.encode(span) for span in spans]
-
-    def encode_many_with_starts(self, spans: list[str]) -> list[tuple[list[int] | None, list[int] | None]]:
-        """``[encode_with_starts(span) for span in spans]``."""
-        return [self.encode_with_starts(span) for span in spans]
-
-    def _encode_normalized(self, span: str) -> list[int] | None:
-        raise NotImplementedError
-
-    def _token_lengths(self) -> Any:
-        """id -> the token's length in bytes (a mapping; KeyError for an id the engine never gives)."""
-        raise NotImplementedError
-
-    def starts(self, span: str, ids: list[int], *, unchanged_by_nfc: bool = False) -> list[int] | None:
-        """Where each token of ``ids`` (the span's encoding) starts, as the index of a character of
-        ``span``: the library's offsets (a token that starts inside a character starts at that
-        character).  None when NFC changes the span (the library's offsets then follow its
-        alignment of the normalized text) or an id is not the engine's."""
-        lengths = self._byte_lengths
-        if lengths is None:
-            lengths = self._byte_lengths = self._token_lengths()
-        try:
-            byte_starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))
-        except KeyError:  # a token the engine does not have (a span the library encoded)
-            return None
-        byte_starts.pop()
-        if span.isascii():
-            return byte_starts
-        if self.nfc and not unchanged_by_nfc and not _nfc_leaves_alone(span) and self._nfc(span) != span:
-            return None
-        # char_at[k + 1]: the index of the character that holds byte k of the span's UTF-8.
-        char_at = list(accumulate(span.encode("utf-8").translate(_STARTS_A_CHARACTER), initial=-1))
-        return [char_at[at + 1] for at in byte_starts]
 
 
 class _ByteLengths(dict):
@@ -244,17 +124,6 @@ class _ByteLengths(dict):
         except (KeyError, OverflowError, TypeError):  # an id the engine does not have
             raise KeyError(id_) from None
         return length
-
-
-def _note(shortcut_only: tuple[str, ...], left_out: int) -> str:
-    if shortcut_only:
-        return (
-            f"{len(shortcut_only)} vocabulary tokens are given only by the whole-word shortcut: "
-            "a span containing one is encoded by the HF backend"
-        )
-    if left_out:
-        return f"{left_out} vocabulary tokens the tokenizer never gives are left out of the ranks"
-    return ""
 
 
 @dataclass
@@ -334,50 +203,6 @@ class RankBpe(SpanBpe):
                     cut.append(piece[done:])
             pieces = cut
         return pieces
-
-
-def _nfc_leaves_alone(text: str) -> bool:
-    """True when the library's NFC certainly returns ``text`` unchanged; decided with Python's
-    ``unicodedata`` (C, a quick check), which is far cheaper than the library's ``normalize_str``
-    (it tracks the alignment of every character).
-
-    The condition: ``text`` is NFC by Python's Unicode version V and holds no character V leaves
-    unassigned.  The library's NFC follows another version W.  Normalization stability makes a
-    character's decomposition and combining class final once it is assigned, and no primary
-    composite is ever added for characters already assigned.  If W is older, a character new in V
-    is to W an inert starter (class 0, no decomposition, composes with nothing): that only blocks
-    more compositions and leaves the canonical order canonical, so W's NFC changes nothing either.
-    If W is newer, every character of ``text`` has the same properties in W (all are assigned in
-    V), so W's NFC agrees.  (Python's own NFC is never used to normalize: where V and W differ, on a
-    text that is not NFC by V, the library's NFC runs.)
-    """
-    if not unicodedata.is_normalized("NFC", text):
-        return False
-    if _unassigned_or_astral().search(text) is None:  # the common case, one scan in C
-        return True
-    category = unicodedata.category
-    return not any(category(ch) == "Cn" for ch in set(text) if ch > "\x7f")
-
-
-_UNASSIGNED_OR_ASTRAL: re.Pattern[str] | None = None
-
-
-def _unassigned_or_astral() -> re.Pattern[str]:
-    """A character class: the BMP code points Python's Unicode version leaves unassigned, and every
-    code point beyond the BMP (``re`` keeps a BMP-only class as a fast table; the rare text that
-    matches is checked character by character)."""
-    global _UNASSIGNED_OR_ASTRAL
-    if _UNASSIGNED_OR_ASTRAL is None:
-        ranges: list[list[int]] = []
-        for code in range(0x80, 0x10000):
-            if unicodedata.category(chr(code)) == "Cn":
-                if ranges and ranges[-1][1] == code - 1:
-                    ranges[-1][1] = code
-                else:
-                    ranges.append([code, code])
-        body = "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in ranges)
-        _UNASSIGNED_OR_ASTRAL = re.compile(f"[{body}]|[\U00010000-\U0010ffff]")
-    return _UNASSIGNED_OR_ASTRAL
 
 
 # One character class (``\p{N}``, ``\P{..}``, ``\d``-like, or a bracket set without nested sets),
@@ -521,7 +346,7 @@ def _check_model(model: dict) -> tuple[dict[str, int], list[tuple[str, str]]]:
         raise _NotProvable("BPE subword prefix/suffix")
     vocab = model["vocab"]
     merges = [tuple(merge.split(" ", 1)) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]
-    missing = [ch for ch in _BYTE_OF if ch not in vocab]
+    missing = [ch for ch in BYTE_OF if ch not in vocab]
     if missing:
         raise _NotProvable(f"{len(missing)} of the 256 byte symbols are not in the vocabulary")
     return vocab, merges
@@ -545,7 +370,7 @@ def _check_merges(vocab: dict[str, int], merges: list[tuple[str, str]]) -> set[s
 
 def _merges_are_closed(vocab: dict[str, int], merges: list[tuple[str, str]], products: set[str]) -> bool:
     """Condition (c)'s first half: every split of a product into two bytes or products is a merge."""
-    symbols = products | set(_BYTE_OF)
+    symbols = products | set(BYTE_OF)
     merge_set = set(merges)
     for token in products:
         for cut in range(1, len(token)):
@@ -633,7 +458,7 @@ class Proof:
         return self._ranks
 
     def note(self) -> str:
-        return _note(self.shortcut_only, self.left_out)
+        return coverage_note(self.shortcut_only, self.left_out)
 
 
 def _ranks_as_text(ranks: dict[bytes, int]) -> str:
@@ -682,7 +507,7 @@ def _remember(marker, facts: dict, verdict: str, proof: Proof | None = None) -> 
 
 
 def _remembered(marker, facts: dict) -> tuple[Proof | None, str] | None:
-    """The verdict a verified marker holds (:mod:`rllm_renderers.proof_cache`), or None when there is
+    """The verdict a verified marker holds (:mod:`rllm_renderers.encoding.proof_cache`), or None when there is
     none or it is not this tokenizer's or not intact (a miss: the caller proves again)."""
     if marker is None:
         return None
@@ -712,7 +537,7 @@ def _prove(tokenizer_json: str, marker, facts: dict) -> tuple[Proof | None, str]
         ignore_merges = bool(data["model"].get("ignore_merges"))
         products = _check_merges(vocab, merges)
         # Tokens the merge loop never makes (module doc, "Left out"): kept out of the ranks.
-        left_out = {token for token in vocab if token not in products and token not in _BYTE_OF}
+        left_out = {token for token in vocab if token not in products and token not in BYTE_OF}
         if not (ignore_merges and _merges_are_closed(vocab, merges, products)):
             left_out |= _unreached(vocab, merges, products)
     except _NotProvable as exc:
@@ -720,7 +545,7 @@ def _prove(tokenizer_json: str, marker, facts: dict) -> tuple[Proof | None, str]
         return None, str(exc)
     kept = products - left_out
     ranks = {bytes_of_byte_level(token): id_ for token, id_ in vocab.items() if token in kept}
-    ranks.update({bytes([byte]): vocab[ch] for ch, byte in _BYTE_OF.items()})
+    ranks.update({bytes([byte]): vocab[ch] for ch, byte in BYTE_OF.items()})
     # Only the whole-word shortcut can give a left-out token; without it, none is ever given.
     shortcut_only = _shortcut_texts(left_out) if ignore_merges else ()
     one_pass = bool(stages) and _one_pass_stages(tuple(stages)) is not None
@@ -819,7 +644,7 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[Span
     once per tokenizer content per process, and its verdict (with the proved rank table, so a
     later process skips parsing the JSON too) is remembered across processes in a marker file
     keyed by the sha256 of the tokenizer JSON and checked before it is used
-    (:mod:`rllm_renderers.proof_cache`).  An engine is built once per content and engine per
+    (:mod:`rllm_renderers.encoding.proof_cache`).  An engine is built once per content and engine per
     process; the rank table is read only by the tiktoken engine.
     """
     unknown = [engine for engine in engines if engine not in ENGINES]

@@ -1,7 +1,7 @@
 """Parse a sampled assistant turn back into content, reasoning and tool calls.
 
 The parser is driven by the format facts the compiler learned from the template
-(:mod:`rllm_renderers.formats`), so one implementation serves every family:
+(:mod:`rllm_renderers.turns.formats`), so one implementation serves every family:
 Hermes-style ``<tool_call>{json}</tool_call>``, XML parameters
 (``<function=...><parameter=...>``), bare JSON (Llama 3), harmony headers
 (gpt-oss ``to=functions.NAME``), special-token blocks. It never raises: malformed
@@ -22,7 +22,7 @@ from itertools import accumulate
 from typing import Any
 
 from .formats import ReasoningFormat, ToolCallFormat
-from .types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
+from ..types import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\r\n]*")
@@ -695,7 +695,7 @@ def char_to_token(decode: Callable[[Sequence[int]], str], ids: list[int]) -> Cal
     a lower bound of the answer, is accepted and not needed).
 
     The prefix-decoding way, for tokenizers without a byte table
-    (:mod:`rllm_renderers.detokenize`): one linear pass of windowed decodes, then a binary search
+    (:mod:`rllm_renderers.encoding.detokenize`): one linear pass of windowed decodes, then a binary search
     per character over the running maximum.  A binary search over prefix decodes would decode
     less for a few tool calls, but is wrong where the lengths do not grow (see
     :func:`token_index_at`).

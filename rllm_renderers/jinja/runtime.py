@@ -8,11 +8,11 @@ to behave exactly as it does under transformers' chat-template environment
 transformers' ``tojson``, ``raise_exception``, ``strftime_now``, ``dict`` and
 ``namespace``):
 
-* values (:mod:`.template_values`): :class:`Undefined`, the wrapped input data whose
+* values (:mod:`.values`): :class:`Undefined`, the wrapped input data whose
   missing keys read as Undefined, Jinja's ``x[key]`` / ``x.name`` with the sandbox's
   refusals;
-* filters (:mod:`.template_filters`) and tests (:mod:`.template_tests`), one function
-  each, listed by Jinja name in :data:`FILTERS` and :data:`TESTS`: the translator emits
+* filters (:mod:`.filters`) and tests (:mod:`.tests`), one function each, listed by Jinja
+  name in :data:`FILTERS` and :data:`TESTS` (:mod:`.builtins`): the translator emits
   ``jinja.<function.__name__>(value, *args, **kwargs)`` for ``value | name(*args, **kwargs)``
   and ``value is name(*args)``;
 * the globals transformers' environment defines, listed in :data:`GLOBALS`.
@@ -46,13 +46,15 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from .template_filters import *  # noqa: F401,F403  (re-exported: generated code calls jinja.<filter>)
-from .template_filters import __all__ as _FILTER_NAMES
-from .template_tests import *  # noqa: F401,F403  (re-exported: generated code calls jinja.is_<test>)
-from .template_tests import __all__ as _TEST_NAMES
-from .template_values import *  # noqa: F401,F403
-from .template_values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
-from .template_values import __all__ as _VALUE_NAMES
+from .filters import *  # noqa: F401,F403  (re-exported: generated code calls jinja.<filter>)
+from .filters import __all__ as _FILTER_NAMES
+from .tests import *  # noqa: F401,F403  (re-exported: generated code calls jinja.is_<test>)
+from .tests import __all__ as _TEST_NAMES
+from .builtins import *  # noqa: F401,F403  (the name tables, and the builtins that use them)
+from .builtins import __all__ as _BUILTIN_NAMES
+from .values import *  # noqa: F401,F403
+from .values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
+from .values import __all__ as _VALUE_NAMES
 from .frozen_inputs import memoized_macro, template_tools  # noqa: F401  (generated code and base call them)
 from .caller_text import MARKED_TYPES, marked_join
 
@@ -60,6 +62,7 @@ __all__ = [
     *_VALUE_NAMES,
     *_TEST_NAMES,
     *_FILTER_NAMES,
+    *_BUILTIN_NAMES,
     "GLOBALS",
     "REFUSED_GLOBALS",
     "memoized_macro",
@@ -78,7 +81,7 @@ __all__ = [
 
 def concat(parts: list) -> str:
     """``"".join(parts)`` of what a macro or ``{% set %}`` block wrote, caller text keeping its marks
-    (:mod:`rllm_renderers.caller_text`)."""
+    (:mod:`rllm_renderers.jinja.caller_text`)."""
     text = "".join(parts)
     return text if MARKED_TYPES.isdisjoint(map(type, parts)) else marked_join("", parts)
 

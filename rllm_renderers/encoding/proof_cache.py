@@ -1,4 +1,4 @@
-"""The on-disk cache of rank-BPE proofs (:mod:`rllm_renderers.fast_encoder`): where it is, how a
+"""The on-disk cache of rank-BPE proofs (:mod:`rllm_renderers.encoding.fast_encoder`): where it is, how a
 marker is written, and how it is checked before it is trusted.
 
 A marker decides token ids, so it is never trusted as it is found:

@@ -1,8 +1,8 @@
-"""The ``fastokens`` engine for the spans of a proved rank-based BPE (:mod:`rllm_renderers.fast_encoder`).
+"""The ``fastokens`` engine for the spans of a proved rank-based BPE (:mod:`rllm_renderers.encoding.fast_encoder`).
 
 ``fastokens`` (Crusoe; Rust, PCRE2-JIT pre-tokenizer regexes, a hand-written scanner for the o200k
 pattern family, an Aho-Corasick BPE) reimplements the encode path of HF ``tokenizers`` from the same
-``tokenizer.json``.  It is used only where :func:`~rllm_renderers.fast_encoder.rank_bpe_plan` proved
+``tokenizer.json``.  It is used only where :func:`~rllm_renderers.encoding.fast_encoder.rank_bpe_plan` proved
 the tokenizer a rank-based byte-level BPE, and it is given a private copy of the tokenizer's JSON
 (built here, configured by nobody else) without normalizer and post-processor:
 
@@ -25,7 +25,7 @@ Its internal state changes speed, never ids (its documentation; the differential
 * a BPE word cache per thread (65,536 slots, cleared when three quarters full) and one shared by
   threads: a pre-token seen before is looked up instead of merged, as HF's own BPE cache does;
 * a segment cache, off unless ``FASTOKENS_SEGMENT_CACHE`` is set when a tokenizer is built: switched
-  off here (``enable_segment_cache(0)``), the span cache of :mod:`rllm_renderers.tokenization` does
+  off here (``enable_segment_cache(0)``), the span cache of :mod:`rllm_renderers.encoding.tokenization` does
   that job;
 * a prefix cache for plain o200k/Kimi-pattern inputs, off unless ``FASTOKENS_INPUT_CACHE`` is set
   (read once per process; there is no switch for it);
@@ -40,7 +40,7 @@ import json
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Callable
 
-from .fast_encoder import SpanBpe, bytes_of_byte_level
+from .span_bpe import SpanBpe, bytes_of_byte_level
 
 __all__ = ["FastokensBpe"]
 

@@ -16,7 +16,7 @@ macro; so the mark travels with the value:
 * what the render writes is scanned for both (:func:`marks_of`) only when attribution is asked
   for; the source's message is found by identity (:func:`sources_by_message`).
 
-Both are :class:`~rllm_renderers.template_values.TemplateStr` (Jinja's lookups) and equal to the
+Both are :class:`~rllm_renderers.jinja.values.TemplateStr` (Jinja's lookups) and equal to the
 plain string, so the text is exactly what plain strings give; only the marks are extra. An
 operation this module does not know returns a plain ``str``: its text is right, and the mark is
 lost (the attribution property test over every checked-in renderer would show it).
@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from markupsafe import Markup, escape
 
-from .template_values import TemplateStr
+from .values import TemplateStr
 
 __all__ = [
     "CallerText",

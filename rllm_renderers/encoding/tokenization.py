@@ -25,10 +25,10 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
    Spans are encoded by one of three backends (``TextEncoder.backend``):
 
    * ``"fastokens"`` or ``"tiktoken"``: when the tokenizer is provably a rank-based byte-level BPE
-     (:mod:`rllm_renderers.fast_encoder` says what is proved; the proof is computed once per
+     (:mod:`rllm_renderers.encoding.fast_encoder` says what is proved; the proof is computed once per
      tokenizer content and remembered).  tiktoken (the proved rank table) is the default: it is
      built in a fraction of the tokenizer's own load time and holds a few MB.  fastokens
-     (:mod:`rllm_renderers.fastokens_spans`) runs every ``Split`` stage and the BPE in Rust and takes
+     (:mod:`rllm_renderers.encoding.fastokens_spans`) runs every ``Split`` stage and the BPE in Rust and takes
      all spans of a text in one call, several times faster per render, but building it takes longer
      than loading the tokenizer and holds a second full tokenizer: it is used when asked for (or
      where tiktoken is not installed).  We then also do the second pass (normalized added tokens)
@@ -94,7 +94,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from . import forksafe
+from .. import forksafe
 
 __all__ = ["TextEncoder", "text_encoder_for"]
 
@@ -569,9 +569,9 @@ class TextEncoder:
         for hide in self._hides(plain):
             self._copy(hide)
         if self._rank_bpe is not None and self._rank_bpe.nfc:
-            from .fast_encoder import _unassigned_or_astral
+            from .span_bpe import unassigned_or_astral
 
-            _unassigned_or_astral()
+            unassigned_or_astral()
 
     def _hides(self, plain: bool) -> list[str]:
         """The kinds of private copy :meth:`_encode` may use (see there)."""
@@ -584,7 +584,7 @@ class TextEncoder:
     def _engine_failed(self, exc: BaseException) -> None:
         """After an engine panic (a Rust ``PanicException``): the HF backend takes over for good, and
         the panic is logged once; anything else is raised as it is.  A panic of the HF backend
-        itself is raised as :class:`~rllm_renderers.fast_encoder.EnginePanic`, an ``Exception``."""
+        itself is raised as :class:`~rllm_renderers.encoding.fast_encoder.EnginePanic`, an ``Exception``."""
         from .fast_encoder import EnginePanic, _is_panic
 
         if not _is_panic(exc):

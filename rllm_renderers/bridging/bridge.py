@@ -39,7 +39,7 @@ guess: it bridges only where the template renders that turn exactly as sampled, 
 
 Cost: the new messages (and ``messages=``, when given) are converted once for the template. The
 translated template runs once, resumed near the end of the history where its message loop is
-resumable (:mod:`rllm_renderers.resume`: the text before the loop, and the loop's state, are
+resumable (:mod:`rllm_renderers.bridging.resume`: the text before the loop, and the loop's state, are
 checked equal to the previous prompt's render; then the loop runs from the last history message
 the new ones can change); otherwise, and for ``control_token_safe`` renderers, over the whole
 conversation (twice when the prompt is not remembered: its text is needed too, and is encoded
@@ -54,21 +54,20 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from . import template_runtime as jinja
-from .parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
-from .prompt_memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
+from ..jinja import runtime as jinja
+from ..turns.parsing import as_token_ids, decoded_prefix_lengths, token_index_at, token_sequence
+from .memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
 from .recovery import Unrecoverable, explain_once, recover_conversation
-from .turns import cut_at_stop, tool_names
-from .types import BridgedTokens, Message, RenderedTokens, ToolSpec
+from ..encoding.offsets import inside_ranges, span_values
+from ..turns.messages import RENDERABLE_CALLS, message_from_parse
+from .contract import BridgeableRenderer
+from ..turns.boundaries import cut_at_stop, tool_names
+from ..types import BridgedTokens, Message, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .base import GeneratedRenderer
-    from .output import RenderOutput
+    from ..core.output import RenderOutput
 
 RETENTION_POLICIES = ("template", "verbatim")
-#: Parsed tool-call statuses the template can render again: a call of an undeclared tool, or one
-#: with an empty name, is still a well-formed call.
-RENDERABLE_CALLS = ("ok", "unknown_tool", "missing_name")
 INTEGERS = frozenset((int,))
 #: Characters of a prompt's text looked at before its last tokens (longer than any added token).
 TOKEN_TEXT_WINDOW = 256
@@ -78,7 +77,7 @@ logger = logging.getLogger(__name__)
 _explained: set[type] = set()  # classes whose "cannot bridge" reason was logged
 
 
-def unlearned_reason(renderer: "GeneratedRenderer") -> str | None:
+def unlearned_reason(renderer: BridgeableRenderer) -> str | None:
     """Why this renderer can never bridge (turn facts it did not learn), logged once per class."""
     if not renderer.UNLEARNED and renderer.TURN is not None:
         return None
@@ -108,7 +107,7 @@ def checked_new_messages(new_messages: Any) -> list[Message]:
 # --- the sampled turn ---------------------------------------------------------------------
 
 
-def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) -> list[int] | None:
+def closed_completion(renderer: BridgeableRenderer, completion_ids: list[int]) -> list[int] | None:
     """The completion cut right after its first stop, or with the template's close appended.
 
     None when that cannot be done exactly: a stop string that ends inside a token, or a
@@ -131,7 +130,9 @@ def closed_completion(renderer: "GeneratedRenderer", completion_ids: list[int]) 
     return cut
 
 
-def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[int], tools) -> tuple[Message, bool] | None:
+def sampled_turn_as_message(
+    renderer: BridgeableRenderer, completion_ids: list[int], tools
+) -> tuple[Message, bool] | None:
     """The assistant message the completion encodes, and whether it is only a guess; None when it
     does not parse cleanly.
 
@@ -147,20 +148,7 @@ def sampled_turn_as_message(renderer: "GeneratedRenderer", completion_ids: list[
     return message_from_parse(parsed), parsed.reasoning_complete is False
 
 
-def message_from_parse(parsed) -> Message:
-    """The assistant message a parsed turn (:class:`rllm_renderers.parsing.TextParse`) holds."""
-    message: Message = {"role": "assistant", "content": parsed.content or ""}
-    if parsed.reasoning is not None:
-        message["reasoning_content"] = parsed.reasoning
-    if parsed.calls:
-        message["tool_calls"] = [
-            {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name or "", "arguments": call.arguments}}
-            for index, call in enumerate(parsed.calls)
-        ]
-    return message
-
-
-def renders_by_call_ids(renderer: "GeneratedRenderer", history: History, sampled: Message, new, tools, render) -> bool:
+def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled: Message, new, tools, render) -> bool:
     """Whether the template renders the new tool results differently depending on which sampled call
     each answers, when the completion does not carry call ids (DeepSeek-V4 sorts results into call
     order by ``tool_call_id``): then the right order cannot be known from the ids, so no bridge.
@@ -188,7 +176,7 @@ def renders_by_call_ids(renderer: "GeneratedRenderer", history: History, sampled
 # --- the history behind a prompt ----------------------------------------------------------
 
 
-def recalled_prompt(renderer: "GeneratedRenderer", previous_prompt_ids: Any) -> tuple[list, Recalled | None]:
+def recalled_prompt(renderer: BridgeableRenderer, previous_prompt_ids: Any) -> tuple[list, Recalled | None]:
     """The previous prompt's ids and, when the renderer produced that prompt, what it remembers of it.
 
     A prompt equal to one the renderer remembers goes on from the renderer's own copy (its ints,
@@ -204,7 +192,7 @@ def recalled_prompt(renderer: "GeneratedRenderer", previous_prompt_ids: Any) -> 
 
 
 def history_of(
-    renderer: "GeneratedRenderer", remembered: History | None, messages, template_tools: Any
+    renderer: BridgeableRenderer, remembered: History | None, messages, template_tools: Any
 ) -> tuple[History | None, bool]:
     """The conversation the prompt was rendered from, and whether it is known to be that prompt's:
     ``messages`` when given, else ``remembered`` (the renderer's memory of that prompt);
@@ -231,7 +219,7 @@ def history_of(
 
 
 def renders_previous_prompt(
-    renderer: "GeneratedRenderer",
+    renderer: BridgeableRenderer,
     prompt: list[int],
     history: History,
     render: "ExtendedRender",
@@ -264,7 +252,7 @@ def renders_previous_prompt(
 
 
 def bridge_turn(
-    renderer: "GeneratedRenderer",
+    renderer: BridgeableRenderer,
     previous_prompt_ids: Any,
     previous_completion_ids: Any,
     new_messages: Any,
@@ -299,7 +287,7 @@ def bridge_turn(
 
 def bridge_from_recovered(turn: "BridgePoint", template_tools: Any) -> RenderedTokens | None:
     """The bridge from a prompt the renderer did not produce, on the conversations recovered from the
-    prompt's text (:mod:`rllm_renderers.recovery`). Each reading that proves to be the prompt's (it
+    prompt's text (:mod:`rllm_renderers.bridging.recovery`). Each reading that proves to be the prompt's (it
     encodes to exactly the prompt) is bridged; all of them must give the same tokens (a reading that
     gives None, or other tokens, means the prompt does not say which history it holds), and at
     least one must prove."""
@@ -339,7 +327,7 @@ class BridgePoint(NamedTuple):
     """One call of the bridge: the previous prompt (and what the renderer remembers of it), the
     completion, and the new messages (as given and as the template takes them)."""
 
-    renderer: "GeneratedRenderer"
+    renderer: BridgeableRenderer
     prompt: list[int]
     recalled: Recalled | None
     completion: list[int]
@@ -410,7 +398,7 @@ class BridgePoint(NamedTuple):
 class ExtendedRender(NamedTuple):
     """The template's render of the extended conversation (history + sampled turn + new messages),
     beside the previous prompt's text. Where the render resumed its message loop
-    (:mod:`rllm_renderers.resume`), ``text`` starts at character ``origin`` of the full text, and so
+    (:mod:`rllm_renderers.bridging.resume`), ``text`` starts at character ``origin`` of the full text, and so
     do the offsets of ``output``: the two renders agree before it."""
 
     prompt_text: "str | PromptText"  # the previous prompt's whole text
@@ -432,7 +420,7 @@ class ExtendedRender(NamedTuple):
         return PromptText(self.prompt_text, self.origin, self.text) if self.origin else self.text
 
 
-def render_extended(renderer: "GeneratedRenderer", history: History, extended: History) -> ExtendedRender | None:
+def render_extended(renderer: BridgeableRenderer, history: History, extended: History) -> ExtendedRender | None:
     """The extended conversation rendered with the generation prompt, resumed from the history's
     checkpoint where that is exact; None when the template refuses.
 
@@ -454,7 +442,7 @@ def render_extended(renderer: "GeneratedRenderer", history: History, extended: H
     return ExtendedRender(prompt_text, output, output.text(), checkpoint, earlier)
 
 
-def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: "str | PromptText") -> bool:
+def ends_like(renderer: BridgeableRenderer, prompt: list[int], prompt_text: "str | PromptText") -> bool:
     """Whether the previous prompt ends as the history's rendering with the generation prompt does.
 
     Compared on its last few tokens. Under "verbatim" only on those after its last stop token,
@@ -480,7 +468,7 @@ def ends_like(renderer: "GeneratedRenderer", prompt: list[int], prompt_text: "st
     return not after_stop or ends_with_turn_end(renderer, text_from(prompt_text, before)[: end - before])
 
 
-def ends_with_turn_end(renderer: "GeneratedRenderer", text: str) -> bool:
+def ends_with_turn_end(renderer: BridgeableRenderer, text: str) -> bool:
     """Whether ``text`` ends with a stop token, the close, or (gpt-oss' ``<|end|>``) another added token."""
     closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
     return any(token and text.endswith(token) for token in closes) or any(
@@ -509,7 +497,7 @@ def no_generation_prompt_or_mismatch(renderer, prompt, history: History, message
 
 
 def sampled_turn_end(
-    renderer: "GeneratedRenderer",
+    renderer: BridgeableRenderer,
     render: ExtendedRender,
     completion_text: str,
     turn_index: int,
@@ -537,7 +525,9 @@ def sampled_turn_end(
     return close_end(renderer, text, turn_start, new_start)
 
 
-def renders_its_content(renderer: "GeneratedRenderer", history: History, extended: History, render: ExtendedRender) -> bool:
+def renders_its_content(
+    renderer: BridgeableRenderer, history: History, extended: History, render: ExtendedRender
+) -> bool:
     """Whether the template writes the sampled turn's content as parsed when that turn is the last message.
 
     A template may rewrite a turn in history (drop its reasoning), which "verbatim" keeps as sampled;
@@ -566,14 +556,14 @@ def renders_its_content(renderer: "GeneratedRenderer", history: History, extende
     return content in out.text()[start:]
 
 
-def first_stop_end(renderer: "GeneratedRenderer", text: str, start: int) -> int | None:
+def first_stop_end(renderer: BridgeableRenderer, text: str, start: int) -> int | None:
     """The end of the first stop token (or close) the template writes in ``text`` from ``start`` on."""
     closes = (renderer.TURN.close, *renderer.TURN.stop_tokens)
     found = min(((text.find(token, start), token) for token in closes if token and token in text[start:]), default=None)
     return found[0] + len(found[1]) if found else None
 
 
-def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) -> int | None:
+def close_end(renderer: BridgeableRenderer, text: str, start: int, end: int) -> int | None:
     """The end of the last turn-ending token the template writes in ``text[start:end]`` (a turn's span).
 
     A stop token or the close when there is one; else the last added token (gpt-oss closes a
@@ -588,7 +578,7 @@ def close_end(renderer: "GeneratedRenderer", text: str, start: int, end: int) ->
 
 
 def bridged_tokens(
-    renderer: "GeneratedRenderer",
+    renderer: BridgeableRenderer,
     prefix: list[int],
     render: ExtendedRender,
     suffix_start: int,
@@ -621,8 +611,6 @@ def bridged_tokens(
         return None  # the close does not stand alone as a token here (never seen; refuse rather than guess)
 
     def added_attribution() -> tuple[list[int], list[bool]]:
-        from .base import inside_ranges  # base imports this module
-
         again, offsets = renderer.encoder.encode_with_offsets(encoded, plain_ranges=plain)
         if again != ids:
             raise RuntimeError("the encoder gave other ids with offsets than without: please report this")
@@ -646,6 +634,4 @@ def new_message_indices(spans: list[tuple[int, int]], offsets: list[int], first_
     """Per token (character offset in the full text, ascending), the index in ``new_messages`` of the
     message whose rendering it belongs to (the template's own message marks, ``spans``), or -1 for
     scaffolding."""
-    from .base import span_values  # base imports this module
-
     return [index - first_new if index >= first_new else -1 for index in span_values(offsets, spans)]
