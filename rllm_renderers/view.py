@@ -171,6 +171,7 @@ _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 1.2em; color: #222; }}
+h1 {{ font-size: 1.3em; }}
 #tokens {{ font-family: ui-monospace, monospace; font-size: 14px; white-space: pre-wrap; line-height: 1.9;
   border: 1px solid #ccc; padding: .6em; }}
 .tok {{ border-right: 1px solid #fff; border-radius: 2px; cursor: default; }}

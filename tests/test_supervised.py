@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.families import FAMILIES
+from tests.test_supervised_references import runs
 
 BY_MODULE = {family.module: family for family in FAMILIES}
 REAL = [family for family in FAMILIES if not family.synthetic and family.module != "minimax_m3"]
@@ -25,14 +26,7 @@ def renderer_for(module: str):
 
 def trained_runs(example) -> list[tuple[int, int]]:
     """Half-open [start, end) runs of trained tokens."""
-    runs, start = [], None
-    for k, weight in enumerate([*example.weights, 0.0]):
-        if weight and start is None:
-            start = k
-        elif not weight and start is not None:
-            runs.append((start, k))
-            start = None
-    return runs
+    return runs(example.trained_mask)
 
 
 @pytest.mark.parametrize("family", REAL, ids=[family.module for family in REAL])

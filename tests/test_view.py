@@ -158,3 +158,15 @@ def test_page_in_headless_chromium(view, tmp_path):
     assert screenshot.stat().st_size > 1000
     if os.environ.get("RLLM_VIEWER_SCREENSHOT"):  # refresh the README's screenshot
         shutil.copy(screenshot, os.environ["RLLM_VIEWER_SCREENSHOT"])
+
+
+def test_the_viewer_and_the_supervised_module_import_no_heavy_library():
+    from tests.isolation import fresh_python
+
+    code = (
+        "import sys, rllm_renderers.view, rllm_renderers.supervised\n"
+        "heavy = ('jinja2', 'transformers', 'torch', 'playwright')\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+    )
+    result = fresh_python(code)
+    assert result.returncode == 0, result.stderr
