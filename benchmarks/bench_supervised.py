@@ -61,7 +61,10 @@ def conversations(count: int, *, tool_calls: bool, seed: int = 0) -> list[list[d
         for _ in range(rng.randint(1, 4)):
             messages.append({"role": "user", "content": text(5, 40)})
             if tool_calls and rng.random() < 0.4:
-                call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": rng.choice(WORDS)}}}
+                call = {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": rng.choice(WORDS)}},
+                }
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
                 messages.append({"role": "tool", "content": text(3, 15)})
             messages.append({"role": "assistant", "content": text(10, 120)})

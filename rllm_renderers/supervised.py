@@ -181,7 +181,11 @@ def _assistant_indices(renderer: GeneratedRenderer, messages: list[Message]) -> 
         )
     if not isinstance(messages, (list, tuple)):
         raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
-    indices = [i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "assistant"]
+    indices = [
+        i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "assistant"
+    ]
     if not indices:
-        raise ValueError("the conversation has no assistant message: nothing to train (use train_on='all' to train every token)")
+        raise ValueError(
+            "the conversation has no assistant message: nothing to train (use train_on='all' to train every token)"
+        )
     return indices

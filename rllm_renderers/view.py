@@ -88,9 +88,11 @@ class TokenView:
             return "\n".join(lines)
         text = "".join(self._paint(record.text, record) if colour else record.text for record in self.records)
         legend = "  ".join(
-            self._paint(f"[{index}] {role}: {tokens} tokens, {trained} trained", _legend_record(index, role))
-            if colour
-            else f"[{index}] {role}: {tokens} tokens, {trained} trained"
+            (
+                self._paint(f"[{index}] {role}: {tokens} tokens, {trained} trained", _legend_record(index, role))
+                if colour
+                else f"[{index}] {role}: {tokens} tokens, {trained} trained"
+            )
             for index, role, tokens, _, trained in self.message_counts()
         )
         key = "underlined: sampled, bold: trained" if colour else ""
@@ -98,7 +100,9 @@ class TokenView:
 
     @staticmethod
     def _paint(text: str, record: TokenRecord) -> str:
-        colour = _SCAFFOLD_TERMINAL if record.message < 0 else _TERMINAL_COLOURS[record.message % len(_TERMINAL_COLOURS)]
+        colour = (
+            _SCAFFOLD_TERMINAL if record.message < 0 else _TERMINAL_COLOURS[record.message % len(_TERMINAL_COLOURS)]
+        )
         style = [f"38;5;{colour}"] + (["4"] if record.sampled else []) + (["1"] if record.trained else [])
         return f"\x1b[{';'.join(style)}m{text}\x1b[0m"
 
@@ -248,18 +252,26 @@ def bridge_view(
     if ids[: len(prompt_ids)] != list(prompt_ids):
         raise ValueError("the bridged tokens do not start with prompt_ids")
     kept = len(prompt_ids)
-    while kept < len(ids) and kept - len(prompt_ids) < len(completion_ids) and ids[kept] == completion_ids[kept - len(prompt_ids)]:
+    while (
+        kept < len(ids)
+        and kept - len(prompt_ids) < len(completion_ids)
+        and ids[kept] == completion_ids[kept - len(prompt_ids)]
+    ):
         kept += 1
     added = getattr(bridged, "_added", None)
     if added is not None and added:  # a BridgedTokens knows where its extension starts
         kept = len(ids) - added
-    segments = ["prompt"] * len(prompt_ids) + ["completion"] * (kept - len(prompt_ids)) + ["extension"] * (len(ids) - kept)
+    segments = (
+        ["prompt"] * len(prompt_ids) + ["completion"] * (kept - len(prompt_ids)) + ["extension"] * (len(ids) - kept)
+    )
     sampled = [segment == "completion" for segment in segments]
     records = _records(renderer, bridged, None, segments, sampled=sampled)
     return TokenView(records, title or f"{type(renderer).__name__}: bridge")
 
 
-def _records(renderer: Any, rendered: Any, weights: list[float] | None, segments: list[str], sampled=None) -> list[TokenRecord]:
+def _records(
+    renderer: Any, rendered: Any, weights: list[float] | None, segments: list[str], sampled=None
+) -> list[TokenRecord]:
     roles = list(rendered.message_roles)
     indices, content = rendered.message_indices, rendered.is_content
     sampled = rendered.sampled_mask if sampled is None else sampled
@@ -289,7 +301,9 @@ def corpus_tokenizer_folder(model: str, corpus: str | os.PathLike[str] | None = 
     ``../shared/corpus``); a model it does not list, or lists without a tokenizer, is an error."""
     import csv
 
-    root = Path(corpus or os.environ.get("RLLM_CORPUS") or Path(__file__).resolve().parent.parent.parent / "shared" / "corpus")
+    root = Path(
+        corpus or os.environ.get("RLLM_CORPUS") or Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+    )
     manifest = root / "templates" / "MANIFEST.tsv"
     if not manifest.is_file():
         raise FileNotFoundError(f"no corpus manifest at {manifest} (set RLLM_CORPUS, or pass --tokenizer PATH)")
@@ -320,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the corpus's for the model)")
     parser.add_argument("--ids", action="store_true", help="one line per token: id, text, message, flags")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML page")
-    parser.add_argument("--train-on", default="all_assistant", choices=("last_assistant", "all_assistant", "all", "none"))
+    parser.add_argument(
+        "--train-on", default="all_assistant", choices=("last_assistant", "all_assistant", "all", "none")
+    )
     parser.add_argument("--generation-prompt", action="store_true", help="render with the generation prompt")
     parser.add_argument("--no-colour", action="store_true", help="plain text")
     args = parser.parse_args(argv)

@@ -69,6 +69,10 @@ def test_all_assistant_trains_rewritten_history_as_rewritten():
     # the last turn's own example is the single example's tokens, trained on that turn alone
     assert per_turn[1].token_ids == whole.token_ids
     assert trained_runs(per_turn[1]) == [second]
+    # each turn after the prompt it was sampled from: the render of the messages before it, with the generation prompt
+    for example in per_turn:
+        (index,), ((start, _),) = example.trained_messages, trained_runs(example)
+        assert example.token_ids[:start] == renderer.render_ids(TWO_TURNS[:index], add_generation_prompt=True)
     # the history is rewritten, so "auto" splits
     assert [example.trained_messages for example in renderer.build_supervised_examples(TWO_TURNS)] == [(2,), (4,)]
 

@@ -54,11 +54,15 @@ def view(renderer):
 
 
 def test_records_follow_the_render_and_the_example(renderer, view):
-    example = renderer.build_supervised_example(CONVERSATION["messages"], tools=CONVERSATION["tools"], train_on="all_assistant")
+    example = renderer.build_supervised_example(
+        CONVERSATION["messages"], tools=CONVERSATION["tools"], train_on="all_assistant"
+    )
     assert [record.id for record in view.records] == example.token_ids
     assert [record.trained for record in view.records] == example.trained_mask
     assert [record.sampled for record in view.records] == example.rendered.sampled_mask
-    assert "".join(record.text for record in view.records) == renderer.render_text(CONVERSATION["messages"], tools=CONVERSATION["tools"])
+    assert "".join(record.text for record in view.records) == renderer.render_text(
+        CONVERSATION["messages"], tools=CONVERSATION["tools"]
+    )
     counts = {index: tokens for index, _, tokens, _, _ in view.message_counts()}
     assert counts == {i: n for i, n in enumerate(example.rendered.tokens_per_message())} | {-1: counts[-1]}
 
@@ -110,7 +114,7 @@ def test_bridge_view_tells_prompt_completion_and_extension_apart():
         len(bridged.token_ids) - len(prompt) - len(completion)
     )
     assert [record.sampled for record in view.records] == [segment == "completion" for segment in segments]
-    assert 'seg-extension' in view.html() and 'seg-completion' in view.html()
+    assert "seg-extension" in view.html() and "seg-completion" in view.html()
 
 
 def chromium_path() -> str | None:
@@ -143,7 +147,11 @@ def test_page_in_headless_chromium(view, tmp_path):
                 assert shown["sampled"] == str(record.sampled).lower()
                 assert shown["trained"] == str(record.trained).lower()
                 assert shown["content"] == str(record.content).lower()
-            position = next(k for k, record in enumerate(view.records) if record.trained and "\n" in record.text or record.trained and record.text.startswith(" "))
+            position = next(
+                k
+                for k, record in enumerate(view.records)
+                if record.trained and "\n" in record.text or record.trained and record.text.startswith(" ")
+            )
             record = view.records[position]
             page.hover(f'.tok[data-pos="{position}"]')
             details = page.inner_text("#details")
