@@ -12,6 +12,15 @@ python3 -m venv .venv
 # PrimeIntellect's own tests in scripts/prime_suite.sh), gateway (what rLLM's model gateway needs, for
 # tests/test_gateway_client.py), then tinker-cookbook itself without its
 # declared dependencies, which its renderers do not need.
-.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite,gateway]"
+# view (playwright, for the viewer's browser test in tests/test_view.py).
+.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite,gateway,view]"
 .venv/bin/python -m pip install --quiet --no-deps "tinker-cookbook==0.6.1"
 .venv/bin/python -c "import torch; torch.version.cuda and print('warning: a CUDA torch build was installed')"
+# The browser the viewer's test drives: the system's Chromium (Debian's package), installed only when
+# missing, as root or through sudo (the test skips, saying why, when no Chromium can be found).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium >/dev/null
+fi

@@ -486,6 +486,26 @@ class GeneratedRenderer(ABC):
             )
         )
 
+    def build_supervised_example(
+        self, messages: list[Message], *, tools: list[ToolSpec] | None = None, train_on: str = "last_assistant"
+    ):
+        """Token ids and per-token loss weights for supervised training (``train_on``:
+        ``"last_assistant"``, ``"all_assistant"`` or ``"all"``); the rules are in
+        :mod:`rllm_renderers.supervised`."""
+        from .supervised import build_supervised_example
+
+        return build_supervised_example(self, messages, tools=tools, train_on=train_on)
+
+    def build_supervised_examples(
+        self, messages: list[Message], *, tools: list[ToolSpec] | None = None, split: str = "auto"
+    ):
+        """Examples that train every assistant message: one, or one per assistant turn where the
+        template rewrites history (``split``: ``"auto"``, ``"never"``, ``"per_turn"``); see
+        :mod:`rllm_renderers.supervised`."""
+        from .supervised import build_supervised_examples
+
+        return build_supervised_examples(self, messages, tools=tools, split=split)
+
     def _message_ranges(self, text: str, spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
         ranges: dict[int, tuple[int, int]] = {}
         for position, (start, index) in enumerate(spans):
