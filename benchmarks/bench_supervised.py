@@ -97,7 +97,7 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import importlib
 
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
 
     module, class_name, tokenizer_name, marked_file = FAMILIES[args.family]
     tokenizer = load_tokenizer(Path(args.corpus) / "tokenizers" / tokenizer_name)

@@ -26,12 +26,19 @@ Two rules decide the weights:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .types import Message, RenderedTokens, ToolSpec
 
-if TYPE_CHECKING:
-    from .base import GeneratedRenderer
+
+class AttributingRenderer(Protocol):
+    """What an example is built from: a render with per-token attribution, and the learned turn
+    syntax (a :class:`~rllm_renderers.core.base.GeneratedRenderer`)."""
+
+    TURN: Any
+
+    def render(self, messages: list[Message], *, tools: Any = None, add_generation_prompt: bool = False) -> RenderedTokens: ...
+
 
 #: The ``train_on`` policies of :func:`build_supervised_example`.
 TRAIN_ON = ("last_assistant", "all_assistant", "all")
@@ -65,7 +72,7 @@ class SupervisedExample:
 
 
 def build_supervised_example(
-    renderer: GeneratedRenderer,
+    renderer: AttributingRenderer,
     messages: list[Message],
     *,
     tools: list[ToolSpec] | None = None,
@@ -123,7 +130,7 @@ def trained_tokens(rendered: RenderedTokens, message_indices: set[int]) -> list[
 
 
 def build_supervised_examples_per_turn(
-    renderer: GeneratedRenderer, messages: list[Message], *, tools: list[ToolSpec] | None = None
+    renderer: AttributingRenderer, messages: list[Message], *, tools: list[ToolSpec] | None = None
 ) -> list[SupervisedExample]:
     """One example per assistant message: the render of ``messages[: i + 1]`` trained on message ``i``.
 
@@ -137,7 +144,7 @@ def build_supervised_examples_per_turn(
 
 
 def build_supervised_examples(
-    renderer: GeneratedRenderer,
+    renderer: AttributingRenderer,
     messages: list[Message],
     *,
     tools: list[ToolSpec] | None = None,
@@ -173,7 +180,7 @@ def _trains_turn_alike(whole: SupervisedExample, turn: SupervisedExample) -> boo
     return in_whole[:length] == turn.trained_mask and not any(in_whole[length:])
 
 
-def _assistant_indices(renderer: GeneratedRenderer, messages: list[Message]) -> list[int]:
+def _assistant_indices(renderer: AttributingRenderer, messages: list[Message]) -> list[int]:
     if renderer.TURN is None:
         raise ValueError(
             f"{type(renderer).__name__} has not learned how an assistant turn ends (TURN is None): "

@@ -341,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-colour", action="store_true", help="plain text")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from .loading import load_tokenizer
-    from .registry import resolve
+    from .encoding.loading import load_tokenizer
+    from .core.registry import resolve
 
     try:
         messages, tools = read_conversation(args.conversation)

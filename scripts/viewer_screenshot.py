@@ -32,7 +32,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from rllm_renderers.generated.qwen3 import Qwen3Renderer
-    from rllm_renderers.loading import load_tokenizer
+    from rllm_renderers.encoding.loading import load_tokenizer
     from rllm_renderers.view import token_view
 
     renderer = Qwen3Renderer(load_tokenizer(Path(args.corpus) / "tokenizers" / "qwen3"))

@@ -492,7 +492,7 @@ class GeneratedRenderer(ABC):
         """Token ids and per-token loss weights for supervised training (``train_on``:
         ``"last_assistant"``, ``"all_assistant"`` or ``"all"``); the rules are in
         :mod:`rllm_renderers.supervised`."""
-        from .supervised import build_supervised_example
+        from ..supervised import build_supervised_example
 
         return build_supervised_example(self, messages, tools=tools, train_on=train_on)
 
@@ -502,7 +502,7 @@ class GeneratedRenderer(ABC):
         """Examples that train every assistant message: one, or one per assistant turn where the
         template rewrites history (``split``: ``"auto"``, ``"never"``, ``"per_turn"``); see
         :mod:`rllm_renderers.supervised`."""
-        from .supervised import build_supervised_examples
+        from ..supervised import build_supervised_examples
 
         return build_supervised_examples(self, messages, tools=tools, split=split)
 
