@@ -31,10 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-
 from .analysis import compared_roles, knob_candidates
-from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
+from .conversations import Case, ConversationFeatures, drawn_cases, fixed_edge_cases
 from .errors import CompileError
 from .pipeline import GENERATED_DIR, Prepared, compile_source, load_generated_file, load_renderer_class
 from .source import resolve_source
@@ -146,7 +144,9 @@ def describe_change(name: str, before: Any, after: Any) -> tuple[str, list[str]]
     if name == "DEFAULT_THINKING_RETENTION":
         return f"default thinking retention {before!r} -> {after!r}", [f"retention default changed to {after!r}"]
     if name == "UNLEARNED":
-        return f"not learned: {before!r} -> {after!r}", ["a turn fact is no longer learned"] if set(after or {}) - set(before or {}) else []
+        return f"not learned: {before!r} -> {after!r}", (
+            ["a turn fact is no longer learned"] if set(after or {}) - set(before or {}) else []
+        )
     return f"{name.lower()}: {before!r} -> {after!r}", []
 
 
@@ -213,7 +213,9 @@ class Renderers:
         renderer = self.instance(side, case.knobs)
         try:
             return renderer.render_text(
-                copy.deepcopy(case.messages), tools=copy.deepcopy(case.tools), add_generation_prompt=case.add_generation_prompt
+                copy.deepcopy(case.messages),
+                tools=copy.deepcopy(case.tools),
+                add_generation_prompt=case.add_generation_prompt,
             )
         except ValueError as exc:
             return f"refused: {exc}"
@@ -263,7 +265,9 @@ def render_changes(renderers: Renderers, cases: list[tuple[str, Case]]) -> tuple
     changed, same = [], []
     for name, case in cases:
         old, new = renderers.text(renderers.old, case), renderers.text(renderers.new, case)
-        ids_differ = renderers.tokenizer is not None and renderers.output(renderers.old, case) != renderers.output(renderers.new, case)
+        ids_differ = renderers.tokenizer is not None and renderers.output(renderers.old, case) != renderers.output(
+            renderers.new, case
+        )
         if old != new or ids_differ:
             changed.append(RenderChange(name, case, old, new))
         else:
@@ -281,28 +285,17 @@ class FuzzResult:
 
 def fuzz(renderers: Renderers, features: ConversationFeatures, cases: int, seed_value: int) -> FuzzResult:
     """Of ``cases`` generated conversations, how many render differently, and the smallest of them."""
-    drawn: list[Case] = []
-
-    @settings(
-        max_examples=cases,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.generate],
-        print_blob=False,
-    )
-    @seed(seed_value)
-    @given(conversation_cases(features))
-    def collect(case: Case) -> None:
-        drawn.append(case)
-
-    collect()
-    differing = [case for case in drawn if renderers.output(renderers.old, case) != renderers.output(renderers.new, case)]
+    drawn = drawn_cases(features, cases, seed_value)
+    differing = [
+        case for case in drawn if renderers.output(renderers.old, case) != renderers.output(renderers.new, case)
+    ]
     compared = "token ids" if renderers.tokenizer is not None else "text"
     result = FuzzResult(len(drawn), len(differing), compared)
     if differing:
         smallest = min(differing, key=lambda case: (len(case.describe()), case.describe()))
-        result.smallest = RenderChange("smallest", smallest, renderers.text(renderers.old, smallest), renderers.text(renderers.new, smallest))
+        result.smallest = RenderChange(
+            "smallest", smallest, renderers.text(renderers.old, smallest), renderers.text(renderers.new, smallest)
+        )
     return result
 
 
@@ -324,10 +317,16 @@ def sampled_turns(features: ConversationFeatures) -> list[tuple[str, list[dict] 
     if features.arguments_form == "string":
         call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
     params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Look it up.", "parameters": params}}]
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "description": "Look it up.", "parameters": params}}
+    ]
     turns = [
         ("answer", None, {"role": "assistant", "content": "It is sunny."}),
-        ("reasoning and answer", None, {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Sunny, says the tool."}),
+        (
+            "reasoning and answer",
+            None,
+            {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Sunny, says the tool."},
+        ),
     ]
     if features.tool_calls:
         turns.append(("tool call", tools, {"role": "assistant", "content": "", "tool_calls": [call]}))
@@ -335,14 +334,19 @@ def sampled_turns(features: ConversationFeatures) -> list[tuple[str, list[dict] 
 
 
 def parsed_summary(parsed: Any) -> str:
-    calls = [f"{call.name}({json.dumps(call.arguments, sort_keys=True) if not isinstance(call.arguments, str) else call.arguments}) [{call.status.value if hasattr(call.status, 'value') else call.status}]" for call in parsed.tool_calls]
+    calls = [
+        f"{call.name}({json.dumps(call.arguments, sort_keys=True) if not isinstance(call.arguments, str) else call.arguments}) [{call.status.value if hasattr(call.status, 'value') else call.status}]"
+        for call in parsed.tool_calls
+    ]
     parts = [f"content={parsed.content!r}", f"reasoning={parsed.reasoning_content!r}"]
     if calls:
         parts.append("calls=" + ", ".join(calls))
     return " ".join(parts)
 
 
-def read_back(side: Side, tokenizer: Any, placeholders: dict, tools: list[dict] | None, turn: dict, knobs: dict) -> ReadBack:
+def read_back(
+    side: Side, tokenizer: Any, placeholders: dict, tools: list[dict] | None, turn: dict, knobs: dict
+) -> ReadBack:
     if tokenizer is None:
         return ReadBack("not checked (no tokenizer)", "", None, "not checked")
     own = {knob: value for knob, value in knobs.items() if knob in side.renderer_class.KNOBS}
@@ -437,7 +441,8 @@ class BehaviourDiff:
     def changed(self) -> bool:
         """Whether behaviour changed: a learned fact, a render, a fuzzed conversation or a read-back."""
         read_back_changed = any(
-            (change.old.parsed, change.old.stopped, change.old.bridge) != (change.new.parsed, change.new.stopped, change.new.bridge)
+            (change.old.parsed, change.old.stopped, change.old.bridge)
+            != (change.new.parsed, change.new.stopped, change.new.bridge)
             for change in self.read_backs
         )
         return bool(self.facts or self.renders or self.fuzz.changed or read_back_changed)

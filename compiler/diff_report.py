@@ -86,7 +86,9 @@ def report(diff: BehaviourDiff, *, markdown: bool = True) -> str:
         for line in diff.ripple:
             out.item(line)
     else:
-        out.line("none: every checked-in module imports only rllm_renderers.compiled, so no other module changes with this one")
+        out.line(
+            "none: every checked-in module imports only rllm_renderers.compiled, so no other module changes with this one"
+        )
     return out.text()
 
 
@@ -138,9 +140,19 @@ def fuzz_section(out: Writer, diff: BehaviourDiff) -> None:
 
 def read_back_section(out: Writer, diff: BehaviourDiff) -> None:
     out.heading("Read-back and bridge")
-    out.line("each class's own sampled turn, parsed whole; cut at its first stop token; and bridged to the next user message")
+    out.line(
+        "each class's own sampled turn, parsed whole; cut at its first stop token; and bridged to the next user message"
+    )
     for change in diff.read_backs:
-        sides = [("before and after", change.old)] if change.old == change.new else [("before", change.old), ("after", change.new)]
+        sides = (
+            [("before and after", change.old)]
+            if change.old == change.new
+            else [("before", change.old), ("after", change.new)]
+        )
         for label, side in sides:
-            stopped = f"; stops early at {side.stop_inside!r}: {side.stopped}" if side.stop_inside else "; a rollout stops at its end"
+            stopped = (
+                f"; stops early at {side.stop_inside!r}: {side.stopped}"
+                if side.stop_inside
+                else "; a rollout stops at its end"
+            )
             out.item(f"{change.name}, {label}: {out.inline(side.parsed)}{stopped}; bridge: {side.bridge}")

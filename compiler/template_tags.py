@@ -38,7 +38,13 @@ def block_tags(source: str) -> list[Tag]:
     tags = []
     for match in TAG.finditer(text):
         keyword, rest = match.group(1), " ".join(match.group(2).split())
-        tags.append(Tag(text.count("\n", 0, match.start()) + 1, keyword, f"{{% {keyword} {rest} %}}" if rest else f"{{% {keyword} %}}"))
+        tags.append(
+            Tag(
+                text.count("\n", 0, match.start()) + 1,
+                keyword,
+                f"{{% {keyword} {rest} %}}" if rest else f"{{% {keyword} %}}",
+            )
+        )
     return tags
 
 

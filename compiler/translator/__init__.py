@@ -20,7 +20,9 @@ from .resumable import make_resumable
 __all__ = ["RESERVED_NAMES", "TEMPLATE_INPUTS", "TemplateNames", "translate", "ir"]
 
 
-def translate(template: nodes.Template, template_name: str, names: TemplateNames, source: str | None = None) -> ir.Program:
+def translate(
+    template: nodes.Template, template_name: str, names: TemplateNames, source: str | None = None
+) -> ir.Program:
     """The template as IR: the body of ``render_template`` and the class's other methods, cleaned,
     with its message loop resumable where that is exact (``program.resumption`` says). With the
     template's ``source``, comments quote its statements (``{% if tools %}``)."""

@@ -65,9 +65,11 @@ def drop_dead_stores(body: list[ir.Stmt]) -> list[ir.Stmt]:
 
 
 def without(body: list[ir.Stmt], dropped: set[int]) -> list[ir.Stmt]:
-    kept = []
+    kept: list[ir.Stmt] = []
     for statement in body:
         if id(statement) in dropped:
+            if statement.note:  # say why the template's `set` has no code: Jinja keeps it local here
+                kept.append(ir.Comment(0, statement.note.split(", hence")[0] + ", and nothing reads it"))
             continue
         if isinstance(statement, ir.If):
             statement.body, statement.orelse = without(statement.body, dropped), without(statement.orelse, dropped)
