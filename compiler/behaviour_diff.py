@@ -271,7 +271,7 @@ def render_changes(renderers: Renderers, cases: list[tuple[str, Case]]) -> tuple
         if old != new or ids_differ:
             changed.append(RenderChange(name, case, old, new))
         else:
-            same.append(name)
+            same.append(f"{name} (refused by both)" if old.startswith("refused: ") else name)
     return changed, same
 
 
@@ -366,7 +366,8 @@ def read_back(
     rollout = completion[:cut]
     stop_inside = None
     stopped = ""
-    if cut < len(completion) and any(token not in stops for token in completion[cut:]):
+    after_close = renderer.TURN.after_close if renderer.TURN is not None else ""
+    if cut < len(completion) and renderer.decode(completion[cut:]) not in ("", after_close):
         stop_inside = renderer.decode([completion[cut - 1]])
         stopped = parsed_summary(renderer.parse_response(rollout, tools=tools))
     next_user = {"role": "user", "content": "Thanks."}
@@ -470,17 +471,23 @@ def compare(old: Side, new: Side, *, cases: int = DEFAULT_CASES, seed_value: int
 
 
 def holds_reasoning_open(renderers: Renderers, features: ConversationFeatures) -> list[str]:
-    """A flag when the generation prompt now ends holding the reasoning open marker (the model no
-    longer samples it), or no longer does."""
+    """Flags for the reasoning markers against the assistant header (the generation prompt): the
+    prompt now ends holding the open marker (the model no longer samples it), or no longer does; the
+    open marker now holds the header (the parser expects the header inside the sampled turn)."""
     case = Case([{"role": "user", "content": "Hello"}], knobs=dict(features.base_knobs))
     prompting = dataclasses.replace(case, add_generation_prompt=True)
-    holds = []
+    prompt_holds, marker_holds = [], []
     for side in (renderers.old, renderers.new):
         reasoning = side.renderer_class.REASONING
         header = renderers.text(side, prompting)[len(renderers.text(side, case)) :]
-        holds.append(bool(reasoning is not None and reasoning.open and reasoning.open in header))
-    if holds == [False, True]:
-        return ["the generation prompt now holds the reasoning open marker: the model no longer samples it"]
-    if holds == [True, False]:
-        return ["the generation prompt no longer holds the reasoning open marker: the model now samples it"]
-    return []
+        opening = reasoning.open if reasoning is not None else ""
+        prompt_holds.append(bool(opening and opening in header))
+        marker_holds.append(bool(opening and header.strip() and header.strip() in opening))
+    flags = []
+    if prompt_holds == [False, True]:
+        flags.append("the generation prompt now holds the reasoning open marker: the model no longer samples it")
+    if prompt_holds == [True, False]:
+        flags.append("the generation prompt no longer holds the reasoning open marker: the model now samples it")
+    if marker_holds == [False, True]:
+        flags.append("the reasoning open marker now holds the assistant header")
+    return flags

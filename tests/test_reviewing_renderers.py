@@ -294,3 +294,67 @@ def test_diff_of_a_generated_file_against_its_template_and_errors_exit_2(tmp_pat
     assert "no behaviour change" in capsys.readouterr().out
     assert main(["diff", str(tmp_path / "missing.jinja"), str(template)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+# --- names and dead code ---------------------------------------------------------------------
+
+DISPATCH = (
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}<u>{{ m.content }}"
+    "{% elif m.role == 'assistant' and m.tool_calls %}<call>{{ m.tool_calls[0].function.name }}"
+    "{% elif m.role == 'assistant' %}<a>{{ m.content }}"
+    "{% elif m.role == 'system' and not loop.first %}<s>{{ m.content }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def method_names(source: str) -> list[str]:
+    from compiler.analysis import parse_template
+    from compiler.translator import TemplateNames, translate
+
+    program = translate(parse_template(source, "t"), "t", TemplateNames(knobs={}, special_tokens={}), source)
+    return [method.name for method in program.methods]
+
+
+def test_branch_methods_are_named_from_their_condition_and_keep_their_names_when_branches_move():
+    names = method_names(DISPATCH)
+    assert names == ["render_user", "render_assistant_with_tool_calls", "render_assistant", "render_system_not_first"]
+    moved = DISPATCH.replace(
+        "{% if m.role == 'user' %}", "{% if m.role == 'tool' %}<t>{{ m.content }}{% elif m.role == 'user' %}"
+    )
+    assert method_names(moved) == ["render_tool", *names]
+    # two dispatches over one role in one loop: a header (fixed text only) and the body
+    twice = (
+        "{% for m in messages %}{% if m.role == 'user' %}<u>{% elif m.role == 'assistant' %}<a>{% endif %}"
+        "{% if m.role == 'user' %}{{ m.content }}{% elif m.role == 'assistant' %}[{{ m.content }}]{% endif %}{% endfor %}"
+    )
+    assert method_names(twice) == ["render_user_header", "render_assistant_header", "render_user", "render_assistant"]
+
+
+def test_no_code_after_a_raise_and_no_store_nothing_reads(tmp_path: Path):
+    source = (
+        "{% for m in messages %}{% set seen = false %}{% for part in m.content %}{% if part == 'x' %}"
+        "{% set seen = true %}{% endif %}{% endfor %}{% if m.role == 'bad' %}{{ raise_exception('bad role') }}after"
+        "{% endif %}{{ m.role }}{{ seen }}{% endfor %}"
+    )  # the inner set is local to its loop in Jinja: nothing reads it; the text after the raise never runs
+    from tests.test_generated_code import problems_in
+
+    code = compiled_code(tmp_path, "dead", source)
+    assert problems_in(code) == [], code
+    assert "'seen' set here is local to this loop or macro, and nothing reads it" in code
+    assert 'append("after")' not in code and "seen_2" not in code
+
+
+THINKING = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_diff_flags_a_generation_prompt_that_now_holds_the_reasoning_open_marker(tmp_path: Path, capsys):
+    new = THINKING.replace("<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>{% endif %}")
+    code, printed = diff(tmp_path, capsys, THINKING, new, "--format", "terminal")
+    assert code == 1, printed
+    assert "! the generation prompt now holds the reasoning open marker: the model no longer samples it" in printed
+    assert "changed: chat, generation prompt" in printed

@@ -38,7 +38,19 @@ def clean_block(body: list[ir.Stmt]) -> list[ir.Stmt]:
 
 
 #: Expression nodes whose evaluation cannot fail or have an effect.
-PURE_NODES = (ast.Constant, ast.Name, ast.Load, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.USub, ast.UAdd, ast.Not)
+PURE_NODES = (
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.USub,
+    ast.UAdd,
+    ast.Not,
+)
 
 
 def drop_dead_stores(body: list[ir.Stmt]) -> list[ir.Stmt]:
