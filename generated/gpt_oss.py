@@ -195,6 +195,7 @@ class GptOssRenderer(GeneratedRenderer):
             for variant in jinja.getattribute(param_spec, "oneOf"):
                 # {% if variant.type == "object" %}
                 if jinja.getattribute(variant, "type") == "object":
+                    # Jinja scoping: 'has_object_variants' set here is local to this loop or macro, and nothing reads it
                     pass
             # {% if has_object_variants and param_spec.oneOf|length > 1 %}
             if has_object_variants and jinja.length(jinja.getattribute(param_spec, "oneOf")) > 1:

@@ -157,6 +157,16 @@ def test_regenerating_from_scratch_in_either_order_gives_the_checked_in_bytes(tm
             assert code == (REPO / "generated" / name).read_bytes(), f"{name}: regenerate it (see README)"
 
 
+def generated_harmonyish(tmp_path: Path) -> tuple[Path, Path]:
+    """(the output folder, the template) of HARMONYISH generated as ``test/edit``."""
+    template = tmp_path / "edit.jinja"
+    template.write_text(HARMONYISH, encoding="utf-8")
+    out = tmp_path / "out"
+    arguments = ["--model", "test/edit", "--template", str(template), "--out", str(out), "--cases", "5", "--offline"]
+    assert main(["generate", *arguments]) == 0
+    return out, template
+
+
 # --- compiler list -----------------------------------------------------------------------
 
 
@@ -195,26 +205,7 @@ def test_list_marks_stale_escapes_control_characters_and_tells_none_from_not_lea
     from compiler.coverage import format_table, reasoning_summary, visible
 
     assert visible("<think>\n") == "<think>\\n"
-    out = tmp_path / "out"
-    template = tmp_path / "edit.jinja"
-    template.write_text(HARMONYISH, encoding="utf-8")
-    assert (
-        main(
-            [
-                "generate",
-                "--model",
-                "test/edit",
-                "--template",
-                str(template),
-                "--out",
-                str(out),
-                "--cases",
-                "5",
-                "--offline",
-            ]
-        )
-        == 0
-    )
+    out, template = generated_harmonyish(tmp_path)
     overrides = tmp_path / "overrides" / "test"
     overrides.mkdir(parents=True)
     (overrides / "edit.jinja").write_text(HARMONYISH + "{# edited #}", encoding="utf-8")
@@ -269,26 +260,7 @@ def test_diff_of_a_comment_only_edit_reports_no_behaviour_change_and_exits_0(tmp
 
 
 def test_diff_of_a_generated_file_against_its_template_and_errors_exit_2(tmp_path: Path, capsys):
-    template = tmp_path / "edit.jinja"
-    template.write_text(HARMONYISH, encoding="utf-8")
-    out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "generate",
-                "--model",
-                "test/edit",
-                "--template",
-                str(template),
-                "--out",
-                str(out),
-                "--cases",
-                "5",
-                "--offline",
-            ]
-        )
-        == 0
-    )
+    out, template = generated_harmonyish(tmp_path)
     capsys.readouterr()
     assert main(["diff", str(out / "edit.py"), str(template), "--model", "test/edit", "--cases", "10"]) == 0
     assert "no behaviour change" in capsys.readouterr().out
