@@ -1,4 +1,4 @@
-"""Command line: ``python -m compiler generate | verify | check``."""
+"""Command line: ``python -m compiler generate | verify | check | list | diff``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from .emit import BLACK_MODE
-from .coverage import command_list
+from .coverage import DEFAULT_WIDTH, command_list
 from .errors import CompileError
-from .index import INDEX_FILE, index_is_current, recorded_fingerprints
+from .index import INDEX_FILE, index_is_current, module_entry, recorded_fingerprints
 from .publish import repair_index
 from .oracles import OracleUnavailable
 from .pipeline import (
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
     generate_parser.add_argument(
-        "--parent", type=module_name, help="inherit from this module of the output folder (default: the best match there, if any)"
+        "--all", action="store_true", help="every renderer checked in to generated/ (same module names), into --out"
     )
     generate_parser.add_argument("--cases", type=positive_int, default=200, help="generated conversations to verify")
     generate_parser.add_argument("--seed", type=int, default=0)
@@ -146,6 +146,24 @@ def build_parser() -> argparse.ArgumentParser:
     list_parser = commands.add_parser("list", help="coverage table of the checked-in renderers")
     list_parser.add_argument("--corpus", type=Path, help="a corpus folder (tells which models have a tokenizer)")
     list_parser.add_argument("--dir", type=Path, default=GENERATED_DIR)
+    list_parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    list_parser.add_argument(
+        "--width", type=positive_int, default=DEFAULT_WIDTH, help=f"table width in columns (default {DEFAULT_WIDTH})"
+    )
+
+    diff_parser = commands.add_parser(
+        "diff",
+        help="what changes in a renderer's behaviour between two templates (exit 0: none, 1: changed, 2: error)",
+    )
+    add_budget_option(diff_parser)
+    diff_parser.add_argument("old", help="a template file, a generated .py file, or a model id (its corpus/override template)")
+    diff_parser.add_argument("new", help="the same kinds as OLD")
+    diff_parser.add_argument("--model", help="the model a template file is for (its tokenizer; default: the model id side's)")
+    diff_parser.add_argument("--corpus", type=Path, help="a folder laid out like ../shared/corpus")
+    diff_parser.add_argument("--tokenizer", type=Path, help="a local tokenizer folder")
+    diff_parser.add_argument("--format", choices=("markdown", "terminal"), default="markdown")
+    diff_parser.add_argument("--cases", type=positive_int, default=100, help="generated conversations to compare")
+    diff_parser.add_argument("--seed", type=int, default=0)
 
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
     check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
@@ -185,6 +203,8 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
 
 def command_generate(args: argparse.Namespace) -> int:
     output_folder(args.out)
+    if args.all:
+        return generate_all(args)
     source = source_from_args(args)
     if source.template_names and args.template_name is None:  # every named template, default first
         if args.name:
@@ -196,6 +216,19 @@ def command_generate(args: argparse.Namespace) -> int:
     return generate_one(args, source)
 
 
+def generate_all(args: argparse.Namespace) -> int:
+    """Regenerate each checked-in renderer (its first model id, template name and module name) into
+    ``--out``. Each module is self-contained, so neither the order nor ``--out``'s contents matter."""
+    if args.model or args.template or args.name or args.template_name:
+        raise CompileError("generate --all takes no --model, --template, --name or --template-name")
+    for path in generated_files(GENERATED_DIR):
+        entry = module_entry(path)  # read, not imported: a file an older compiler wrote may not load
+        source = resolve_source(entry.model_ids[0], corpus=args.corpus, allow_hub=False, template_name=entry.template_name)
+        args.name = path.stem
+        generate_one(args, source)
+    return 0
+
+
 def generate_one(args: argparse.Namespace, source) -> int:
     path, report, compiled = generate(
         source,
@@ -205,7 +238,6 @@ def generate_one(args: argparse.Namespace, source) -> int:
         module=args.name,
         special_tokens=special_tokens_option(args.special_token),
         oracle=args.oracle,
-        parent_module=args.parent,
     )
     print(path)
     print(f"verified: {report.summary()} [parity: {compiled.parity}]")
@@ -319,7 +351,7 @@ def command_check(args: argparse.Namespace) -> int:
                 print(f"DRIFT {path.name}: the template of {model_id} changed since generation")
                 problems += 1
                 continue
-            compiled = compile_source(source, module=path.stem, ladder_dir=args.dir)
+            compiled = compile_source(source, module=path.stem)
             fingerprints[path.stem] = verified_fingerprint(compiled)
             fresh = Path(scratch) / path.name
             fresh.write_text(compiled.code, encoding="utf-8")
@@ -340,21 +372,43 @@ def command_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def command_diff(args: argparse.Namespace) -> int:
+    """Exit status 0: no behaviour change; 1: changed; an error (main) is 2."""
+    from .behaviour_diff import compare, load_side
+    from .diff_report import report
+
+    model = args.model
+    if model is None:  # a model id on one side gives a template file on the other its tokenizer
+        ids = [side for side in (args.old, args.new) if not Path(side).exists()]
+        model = ids[0] if ids else None
+    sides = [load_side(side, model=model, corpus=args.corpus, tokenizer=args.tokenizer) for side in (args.old, args.new)]
+    diff = compare(*sides, cases=args.cases, seed_value=args.seed)
+    print(report(diff, markdown=args.format == "markdown"), end="")
+    return 1 if diff.changed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ensure_importable()
     args = build_parser().parse_args(argv)
-    handlers = {"generate": command_generate, "verify": command_verify, "check": command_check, "list": command_list}
+    handlers = {
+        "generate": command_generate,
+        "verify": command_verify,
+        "check": command_check,
+        "list": command_list,
+        "diff": command_diff,
+    }
+    failure = 2 if args.command == "diff" else 1  # diff's 1 means "behaviour changed"
     try:
         budget = getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)
         with render_budget(budget, getattr(args, "render_characters", DEFAULT_RENDER_CHARACTERS)):
             return handlers[args.command](args)
     except RenderBudgetExceeded as exc:  # outside any one template's compile (template_fault names it there)
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return failure
     except CompileError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return failure
     except OSError as exc:  # e.g. an output folder that cannot be written
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return failure

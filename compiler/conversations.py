@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 # Text fragments that look like the markup chat templates emit or parse.
@@ -395,3 +396,25 @@ def fixed_edge_cases(features: ConversationFeatures = ConversationFeatures()) ->
     cases = [case for case in cases if all(m["role"] in features.roles for m in case.messages)]
     cases = [dataclasses.replace(case, knobs={**dict(features.base_knobs), **case.knobs}) for case in cases]
     return copy.deepcopy(cases)  # no message dict shared between cases
+
+
+def drawn_cases(features: ConversationFeatures, cases: int, seed_value: int) -> list[Case]:
+    """``cases`` conversations drawn from :func:`conversation_cases`, the same ones for the same seed
+    (for a comparison that looks at every case rather than stopping at the first failure)."""
+    drawn: list[Case] = []
+
+    @settings(
+        max_examples=cases,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate],
+        print_blob=False,
+    )
+    @seed(seed_value)
+    @given(conversation_cases(features))
+    def collect(case: Case) -> None:
+        drawn.append(case)
+
+    collect()
+    return drawn

@@ -17,9 +17,7 @@ import black
 from . import __version__
 from .analysis import TemplateFacts
 from .content_format import detect_content_format
-from .ladder import Parent
 from .literals import docstring_text, require_identifier
-from .load_check import RUNTIME_SURFACE
 from .probes import ProbeFacts
 from .translator import RESERVED_NAMES, TemplateNames, ir, translate
 from .translator.emit_py import method_lines, statement_lines
@@ -93,7 +91,6 @@ def emit_module(
     facts: TemplateFacts,
     spec: ModuleSpec,
     turn: ProbeFacts | None = None,
-    parent: Parent | None = None,
     *,
     formatted: bool = True,
 ) -> str:
@@ -101,31 +98,27 @@ def emit_module(
 
     ``turn`` carries what probing the first-pass class learned about assistant turns
     (see :mod:`compiler.probes`); without it the class can render but not parse or bridge.
-    ``parent`` (see :mod:`compiler.ladder`) is the class to inherit from, with the methods taken
-    from it unchanged. ``formatted=False`` skips black (the same code, for a class that is only
+    The module is self-contained: it imports only ``rllm_renderers.compiled``. ``formatted=False`` skips black (the same code, for a class that is only
     run, never written: black is the slowest step on a large template).
     """
     names = TemplateNames(
         knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
         special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
     )
-    program = translate(facts.ast, facts.name, names)
-    inherited = set(parent.inherited) if parent else set()
+    program = translate(facts.ast, facts.name, names, facts.source)
     code_names = [spec.module, spec.class_name, *names.knobs.values(), *names.special_tokens.values()]
     code_names += [method.name for method in program.methods]
-    code_names += [parent.module, parent.class_name] if parent else []
     for name in code_names:
         require_identifier(name, "the name")
 
     lines: list[str] = []
     lines += header_docstring(facts, spec)
-    lines += ["", *import_lines(program, turn, parent), ""]
+    lines += ["", import_line(program, turn), ""]
     for variable, value in sorted(facts.special_tokens.items()):
         lines.append(f"{constant_name(variable)} = {value!r}")
     lines += ["", ""]
-    base = parent.class_name if parent else "GeneratedRenderer"
-    lines.append(f"class {spec.class_name}({base}):")
-    lines += class_docstring(facts, spec, turn, parent, program.resumption)
+    lines.append(f"class {spec.class_name}(GeneratedRenderer):")
+    lines += class_docstring(facts, spec, turn, program.resumption)
     lines.append(f"    MODEL_IDS = {tuple(spec.model_ids)!r}")
     lines.append(f"    TEMPLATE_SHA256 = {facts.sha256!r}")
     if spec.template_name not in (None, "default"):  # resolve picks it for calls with tools (see named_templates)
@@ -147,28 +140,25 @@ def emit_module(
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
         # what bridge_to_next_turn does when the template would rewrite the sampled turn
         lines.append('    DEFAULT_THINKING_RETENTION = "template"')
-    if "render_template" not in inherited:
-        lines.append("")
-        lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
-        lines.append('        """The chat template, statement by statement (``# L<n>`` is its line)."""')
-        for knob in facts.knobs:
-            lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
-        for variable in facts.runtime_special_tokens:
-            lines.append(f"        {knob_local(variable)} = self.special_tokens[{variable!r}]")
-        for variable in facts.undefined_names:
-            lines.append(f"        # apply_chat_template never passes {docstring_text(variable)} to the template")
-            lines.append(f"        {knob_local(variable)} = jinja.Undefined({variable!r})")
-        lines += statement_lines(program.body, 2)
+    lines.append("")
+    lines.append("    def render_template(self, out, messages, tools, documents, add_generation_prompt):")
+    lines.append('        """The chat template, statement by statement, each comment quoting the statement."""')
+    for knob in facts.knobs:
+        lines.append(f"        {knob_local(knob)} = self.knobs[{knob!r}]")
+    for variable in facts.runtime_special_tokens:
+        lines.append(f"        {knob_local(variable)} = self.special_tokens[{variable!r}]")
+    for variable in facts.undefined_names:
+        lines.append(f"        # apply_chat_template never passes {docstring_text(variable)} to the template")
+        lines.append(f"        {knob_local(variable)} = jinja.Undefined({variable!r})")
+    lines += statement_lines(program.body, 2)
     for method in program.methods:
-        if method.name not in inherited:
-            lines += ["", *method_lines(method)]
+        lines += ["", *method_lines(method)]
     source = "\n".join(lines) + "\n"
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
 
 
-def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | None) -> list[str]:
-    """The module's imports: only what its code uses."""
-    imports: list[ast.stmt] = []
+def import_line(program: ir.Program, turn: ProbeFacts | None) -> str:
+    """The module's one import, from ``rllm_renderers.compiled``: only the names its code uses."""
     statements = list(ir.walk_statements(program.body))
     for method in program.methods:
         statements += ir.walk_statements(method.body)
@@ -176,20 +166,11 @@ def import_lines(program: ir.Program, turn: ProbeFacts | None, parent: Parent | 
     expressions += [p.default for method in program.methods for p in method.parameters if p.default is not None]
     uses_runtime = any("jinja" in ir.names_read(expression) for expression in expressions)
     uses_runtime = uses_runtime or any(method.memoized for method in program.methods)  # @jinja.memoized_macro
-    runtime_names: list[str] = []
-    if parent is None:
-        runtime_names.append("GeneratedRenderer")
-    else:  # a sibling module of the same output folder
-        imports.append(ast.ImportFrom(module=parent.module, names=[ast.alias(parent.class_name)], level=1))
+    names = {"GeneratedRenderer"} | ({"jinja"} if uses_runtime else set())
     if turn is not None:
-        formats = {type(value).__name__ for value in (turn.turn, turn.reasoning, turn.tool_calls) if value is not None}
-        runtime_names += sorted(formats)
-    if uses_runtime:
-        runtime_names.append("jinja")
-    if runtime_names:  # the one surface generated code imports (rllm_renderers.compiled)
-        names = [ast.alias(name) for name in runtime_names]
-        imports.insert(0, ast.ImportFrom(module=RUNTIME_SURFACE, names=names, level=0))
-    return [ast.unparse(statement) for statement in imports]
+        names |= {type(value).__name__ for value in (turn.turn, turn.reasoning, turn.tool_calls) if value is not None}
+    aliases = [ast.alias(name) for name in sorted(names)]
+    return ast.unparse(ast.ImportFrom(module="rllm_renderers.compiled", names=aliases, level=0))
 
 
 def header_docstring(facts: TemplateFacts, spec: ModuleSpec) -> list[str]:
@@ -210,7 +191,6 @@ def class_docstring(
     facts: TemplateFacts,
     spec: ModuleSpec,
     turn: ProbeFacts | None,
-    parent: Parent | None = None,
     resumption: object = None,
 ) -> list[str]:
     arguments = {
@@ -232,6 +212,4 @@ def class_docstring(
         lines += ["", *("    " + line for line in turn.describe())]
     if resumption is not None:
         lines += textwrap.wrap(resumption.describe(), 100, initial_indent="    ", subsequent_indent="    ")
-    if parent is not None:
-        lines.append(f"    Inherits from {parent.class_name} (same code): {', '.join(parent.inherited)}.")
     return lines + ['    """', ""]

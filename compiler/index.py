@@ -48,6 +48,7 @@ class IndexEntry:
     class_name: str
     sha256: str
     model_ids: tuple[str, ...]
+    template_name: str | None = None  # one of a tokenizer's named templates (not in the index file)
 
 
 def module_entry(path: Path, code: str | None = None) -> IndexEntry:
@@ -62,14 +63,20 @@ def module_entry(path: Path, code: str | None = None) -> IndexEntry:
     constants = {}
     for node in classes[0].body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("MODEL_IDS", "TEMPLATE_SHA256"):
+            if node.targets[0].id in ("MODEL_IDS", "TEMPLATE_SHA256", "TEMPLATE_NAME"):
                 try:
                     constants[node.targets[0].id] = ast.literal_eval(node.value)
                 except ValueError:
                     raise CompileError(f"{path}: {node.targets[0].id} is not a literal") from None
     if "TEMPLATE_SHA256" not in constants or "MODEL_IDS" not in constants:
         raise CompileError(f"{path}: class {classes[0].name} has no literal TEMPLATE_SHA256 / MODEL_IDS")
-    return IndexEntry(path.stem, classes[0].name, constants["TEMPLATE_SHA256"], tuple(constants["MODEL_IDS"]))
+    return IndexEntry(
+        path.stem,
+        classes[0].name,
+        constants["TEMPLATE_SHA256"],
+        tuple(constants["MODEL_IDS"]),
+        constants.get("TEMPLATE_NAME"),
+    )
 
 
 def generated_modules(folder: Path) -> list[Path]:

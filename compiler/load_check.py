@@ -14,10 +14,12 @@ import ast
 
 from .errors import CompileError
 
-#: The one module a generated renderer imports from (besides a sibling module: its ladder parent).
-RUNTIME_SURFACE = "rllm_renderers.compiled"
-#: Callables a class constant may be built with: the format records (imported from RUNTIME_SURFACE).
-FORMAT_RECORDS = frozenset({"ReasoningFormat", "ToolCallFormat", "TurnFormat"})
+#: The one module a generated renderer imports from: the runtime's stable surface for generated code.
+#: Nothing else, not even a sibling module: every generated module is self-contained.
+RUNTIME_MODULES = frozenset({"rllm_renderers.compiled"})
+#: Callables a class constant may be built with: the format records rllm_renderers.compiled exports.
+RECORD_MODULE = "rllm_renderers.compiled"
+RECORDS = frozenset({"ReasoningFormat", "ToolCallFormat", "TurnFormat"})
 DECORATORS = frozenset({"jinja.memoized_macro"})
 
 
@@ -32,12 +34,10 @@ def check_load_safe(code: str, where: str) -> ast.Module:
     records: set[str] = set()
     for statement in tree.body:
         if isinstance(statement, ast.ImportFrom):
-            if not (statement.level == 0 and statement.module == RUNTIME_SURFACE) and not (
-                statement.level == 1 and statement.module and statement.module.isidentifier()
-            ):
-                refuse(statement, where, "an import from outside rllm_renderers and its own folder")
-            if statement.module == RUNTIME_SURFACE:
-                records |= {alias.asname or alias.name for alias in statement.names if alias.name in FORMAT_RECORDS}
+            if not (statement.level == 0 and statement.module in RUNTIME_MODULES):
+                refuse(statement, where, f"an import from outside {', '.join(sorted(RUNTIME_MODULES))}")
+            if statement.module == RECORD_MODULE:
+                records |= {alias.asname or alias.name for alias in statement.names if alias.name in RECORDS}
         elif is_docstring(statement):
             pass
         elif isinstance(statement, ast.Assign):

@@ -23,7 +23,6 @@ from .analysis import (
     template_sha256,
 )
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
-from .ladder import choose_ladder_parent, named_parent
 from .errors import CompileError, SourceError, VerificationError
 from .load_check import check_load_safe
 from .publish import publish_module
@@ -67,7 +66,6 @@ class Compiled(Prepared):
     spec: ModuleSpec | None = None
     code: str = ""
     turn: ProbeFacts | None = None
-    folder: Path | None = None  # where sibling modules (a ladder parent) are imported from
 
 
 def load_tokenizer_for(source: TemplateSource) -> Any:
@@ -159,22 +157,19 @@ def compile_source(
     *,
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
-    ladder_dir: Path | None = None,
-    parent_module: str | None = None,
 ) -> Compiled:
     """Analyse and emit (no verification, nothing written).
 
-    ``ladder_dir`` is the output folder: the class may inherit from a module already there (see
-    :mod:`compiler.ladder`), or from ``parent_module`` there when it is named. Nothing else is
-    consulted, so the same template and output folder give the same bytes in any checkout.
+    The module is self-contained: nothing but the template (and its tokenizer) is consulted, so
+    the same template gives the same bytes whatever the output folder or the checkout holds.
     """
     with template_fault(source.display_name, source.source):
-        return _compile_source(source, module, special_tokens, ladder_dir, parent_module)
+        return _compile_source(source, module, special_tokens)
 
 
-def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -> Compiled:
+def _compile_source(source, module, special_tokens) -> Compiled:
     prepared = prepare_source(source, special_tokens=special_tokens)
-    facts, tokenizer = prepared.facts, prepared.tokenizer
+    facts = prepared.facts
     module_name = module or default_module_name(source)
     spec = ModuleSpec(
         module=module_name,
@@ -190,30 +185,17 @@ def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -
     )
     turn = learn_turn_format(first_pass, prepared, features)
     code = emit_module(facts, spec, turn)
-    if parent_module is not None:
-        if ladder_dir is None:
-            raise CompileError(f"a named parent ({parent_module}) needs the output folder it lives in")
-        try:
-            parent = named_parent(spec.module, code, ladder_dir, parent_module)
-        except ValueError as exc:
-            raise CompileError(str(exc), template=facts.name) from None
-    else:
-        parent = choose_ladder_parent(spec.module, code, ladder_dir)
-    if parent is not None:
-        code = emit_module(facts, spec, turn, parent)
     prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
-    return Compiled(**prepared_fields, spec=spec, code=code, turn=turn, folder=ladder_dir)
+    return Compiled(**prepared_fields, spec=spec, code=code, turn=turn)
 
 
-#: The package generated modules belong to (the checkout's generated/ folder); a ladder child
-#: imports its parent relatively from it.
+#: The package the checked-in generated modules belong to (the checkout's generated/ folder).
 GENERATED_PACKAGE = "rllm_renderers.generated"
 
 
 def folder_package(folder: Path | None) -> str:
-    """A package name whose modules are the files of ``folder`` (for a generated module's
-    ``from .parent import ...``): rllm_renderers.generated for the checked-in folder, a private
-    one otherwise."""
+    """A package name whose modules are the files of ``folder``: rllm_renderers.generated for the
+    checked-in folder, a private one otherwise (generated modules import nothing from it)."""
     if folder is None or folder.resolve() == GENERATED_DIR.resolve():
         ensure_importable()
         return GENERATED_PACKAGE
@@ -225,12 +207,11 @@ def folder_package(folder: Path | None) -> str:
     return package
 
 
-def load_renderer_class(code: str, module_name: str, class_name: str, folder: Path | None = None) -> type:
-    """Execute generated code as a fresh module (not registered in sys.modules); its relative
-    imports (a ladder parent) come from ``folder``."""
+def load_renderer_class(code: str, module_name: str, class_name: str) -> type:
+    """Execute generated code as a fresh module (not registered in sys.modules)."""
     check_load_safe(code, f"<generated {module_name}>")
     register_generated_code(f"<generated {module_name}>", code)
-    package = folder_package(folder)
+    package = folder_package(None)
     module = types.ModuleType(f"{package}.{module_name}")
     module.__file__ = f"<generated {module_name}>"
     module.__package__ = package
@@ -239,8 +220,7 @@ def load_renderer_class(code: str, module_name: str, class_name: str, folder: Pa
 
 
 def load_generated_file(path: Path) -> type:
-    """The renderer class defined in a generated file (its siblings importable as its package);
-    a CompileError naming the file when it is not one (it is read, and checked, before it runs)."""
+    """The renderer class defined in a generated file; a CompileError naming the file when it is not one (it is read, and checked, before it runs)."""
     try:
         code = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -251,7 +231,7 @@ def load_generated_file(path: Path) -> type:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - e.g. a ladder parent missing from the folder
+    except Exception as exc:  # noqa: BLE001 - e.g. an import the runtime no longer has
         raise CompileError(f"{path} cannot be loaded: {type(exc).__name__}: {exc}") from None
     classes = [
         value
@@ -300,15 +280,12 @@ def generate(
     module: str | None = None,
     special_tokens: dict[str, str] | None = None,
     oracle: str | None = None,
-    parent_module: str | None = None,
 ) -> tuple[Path, VerificationReport, Compiled]:
     """Compile, verify against the template and (when named, or named by the override) the
     reference oracle, then write ``<out_dir>/<module>.py``; raises VerificationError on a mismatch.
     The returned report is the template's; ``report.reference`` the oracle's, if one was run."""
-    compiled = compile_source(
-        source, module=module, special_tokens=special_tokens, ladder_dir=out_dir, parent_module=parent_module
-    )
-    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name, out_dir)
+    compiled = compile_source(source, module=module, special_tokens=special_tokens)
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     with template_fault(source.display_name, source.source):
         report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:

@@ -5,8 +5,9 @@ class) many times while probing and verifying. A template can make one run take 
 ``range(10**5)`` loops), recurse without end (a macro calling itself) or ask for more than the
 sandbox allows (``range(10**9)``). :func:`render_budget` is a watchdog that stops any one render
 running past its time budget; :func:`template_fault` turns such a failure into a CompileError
-that names the template line being run, found from the stack: the generated code's ``# L<n>``
-comments, or the line table of Jinja's compiled template.
+that names the template line being run, found from the stack: the generated code's comments
+quoting the template's statements (looked up in the template), or the line table of Jinja's
+compiled template.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from types import FrameType
 from typing import Iterator
 
 from .errors import CompileError
+from .template_tags import line_of
 
 #: Seconds one render (of the template or of its translation) may take while compiling.
 DEFAULT_RENDER_SECONDS = 10.0
@@ -73,7 +75,7 @@ def innermost_template_frame(frame: FrameType | None) -> FrameType | None:
     return frames[0] if frames else None
 
 
-def template_location(frame: FrameType | None, line: int | None = None) -> tuple[int, str] | None:
+def template_location(frame: FrameType | None, line: int | None = None) -> tuple[int | None, str] | None:
     """(template line, what the code says it runs there) for a frame running template code."""
     if frame is None:
         return None
@@ -82,10 +84,8 @@ def template_location(frame: FrameType | None, line: int | None = None) -> tuple
     if filename in _GENERATED_CODE:
         for text in reversed(_GENERATED_CODE[filename][:line]):
             comment = text.strip()
-            if comment.startswith("# L") and ":" in comment:
-                number, _, label = comment[3:].partition(":")
-                if number.isdigit():
-                    return int(number), label.strip()
+            if comment.startswith("# {%"):  # the statement's own text: its line is looked up in the source
+                return None, comment[2:]
         return None
     if "debug_info" not in frame.f_globals:
         return line, ""  # a frame of a traceback Jinja rewrote: numbered in template lines
@@ -94,11 +94,15 @@ def template_location(frame: FrameType | None, line: int | None = None) -> tuple
     return (template_lines[-1], "") if template_lines else None
 
 
-def describe_location(template: str, source: str, location: tuple[int, str] | None) -> str:
+def describe_location(template: str, source: str, location: tuple[int | None, str] | None) -> str:
     """``name:12: {% for %} ({%- for i in range(100000) %})``: the template line and its text."""
     if location is None:
         return f"{template}: "
     number, label = location
+    if number is None:  # a generated comment quoting the statement (see compiler.template_tags)
+        number = line_of(source, label)
+        if number is None:
+            return f"{template}: at {label}: "
     lines = source.splitlines()
     text = " ".join(lines[number - 1].split()) if 0 < number <= len(lines) else ""
     text = text if len(text) <= 80 else text[:77] + "..."

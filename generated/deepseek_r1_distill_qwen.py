@@ -51,33 +51,33 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         bos_token = self.special_tokens["bos_token"]
-        # L1: {% if %}
+        # {% if not add_generation_prompt is defined %}
         if not jinja.is_defined(add_generation_prompt):
             add_generation_prompt = False
         ns = jinja.Namespace(is_first=False, is_tool=False, is_output_first=True, system_prompt="")
-        # L5: {% for %}
+        # {% for message in messages %}
         for message in messages:
-            # L6: {% if %}
+            # {% if message['role'] == 'system' %}
             if message["role"] == "system":
                 ns.system_prompt = message["content"]
         out.append(str(bos_token) + "\n")
         out.append_content(str(ns.system_prompt))
-        # L12: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(ns,)):
             out.mark_message(message)
-            # L13: {% if %}
+            # {% if message['role'] == 'user' %}
             if message["role"] == "user":
                 ns.is_tool = False
                 out.append("<｜User｜>")
                 out.append_content(message["content"])
-            # L17: {% if %}
+            # {% if message['role'] == 'assistant' and message['content'] is none %}
             if message["role"] == "assistant" and message["content"] is None:
                 ns.is_tool = False
-                # L19: {% for %}
+                # {% for tool in message['tool_calls'] %}
                 for tool in message["tool_calls"]:
-                    # L20: {% if %}
+                    # {% if not ns.is_first %}
                     if not ns.is_first:
                         out.append(
                             "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
@@ -95,9 +95,9 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
                         out.append("\n```json\n")
                         out.append_content(tool["function"]["arguments"])
                         out.append("\n```<｜tool▁call▁end｜>\n<｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
-            # L29: {% if %}
+            # {% if message['role'] == 'assistant' and message['content'] is not none %}
             if message["role"] == "assistant" and message["content"] is not None:
-                # L30: {% if %}
+                # {% if ns.is_tool %}
                 if ns.is_tool:
                     out.append("<｜tool▁outputs▁end｜>")
                     out.append_content(message["content"])
@@ -105,16 +105,16 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
                     ns.is_tool = False
                 else:
                     content = message["content"]
-                    # L35: {% if %}
+                    # {% if '</think>' in content %}
                     if "</think>" in content:
                         content = content.split("</think>")[-1]
                     out.append("<｜Assistant｜>")
                     out.append_content(content)
                     out.append("<｜end▁of▁sentence｜>")
-            # L41: {% if %}
+            # {% if message['role'] == 'tool' %}
             if message["role"] == "tool":
                 ns.is_tool = True
-                # L43: {% if %}
+                # {% if ns.is_output_first %}
                 if ns.is_output_first:
                     out.append("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>")
                     out.append_content(message["content"])
@@ -125,9 +125,9 @@ class DeepseekR1DistillQwenRenderer(GeneratedRenderer):
                     out.append_content(message["content"])
                     out.append("<｜tool▁output▁end｜>")
         out.mark_scaffold()
-        # L51: {% if %}
+        # {% if ns.is_tool %}
         if ns.is_tool:
             out.append("<｜tool▁outputs▁end｜>\n")
-        # L54: {% if %}
+        # {% if add_generation_prompt and not ns.is_tool %}
         if add_generation_prompt and not ns.is_tool:
             out.append("<｜Assistant｜>\n")

@@ -51,36 +51,36 @@ class DeepseekV3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
-        # L1: {% if %}
+        """The chat template, statement by statement, each comment quoting the statement."""
+        # {% if not add_generation_prompt is defined %}
         if not jinja.is_defined(add_generation_prompt):
             add_generation_prompt = False
         ns = jinja.Namespace(is_first=False, is_tool=False, is_output_first=True, system_prompt="", is_first_sp=True)
-        # L1: {% for %}
+        # {% for message in messages %}
         for message in messages:
-            # L1: {% if %}
+            # {% if message['role'] == 'system' %}
             if message["role"] == "system":
-                # L1: {% if %}
+                # {% if ns.is_first_sp %}
                 if ns.is_first_sp:
                     ns.system_prompt = ns.system_prompt + message["content"]
                     ns.is_first_sp = False
                 else:
                     ns.system_prompt = ns.system_prompt + "\n\n" + message["content"]
         out.append(BOS_TOKEN + str(ns.system_prompt))
-        # L3: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(ns,)):
             out.mark_message(message)
-            # L3: {% if %}
+            # {% if message['role'] == 'user' %}
             if message["role"] == "user":
                 ns.is_tool = False
                 out.append("<｜User｜>")
                 out.append_content(message["content"])
-            # L3: {% if %}
+            # {% if message['role'] == 'assistant' and message['content'] is none %}
             if message["role"] == "assistant" and message["content"] is None:
                 ns.is_tool = False
-                # L3: {% for %}
+                # {% for tool in message['tool_calls'] %}
                 for tool in message["tool_calls"]:
-                    # L3: {% if %}
+                    # {% if not ns.is_first %}
                     if not ns.is_first:
                         out.append(
                             "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
@@ -98,9 +98,9 @@ class DeepseekV3Renderer(GeneratedRenderer):
                         out.append("\n```json\n")
                         out.append_content(tool["function"]["arguments"])
                         out.append("\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
-            # L10: {% if %}
+            # {% if message['role'] == 'assistant' and message['content'] is not none %}
             if message["role"] == "assistant" and message["content"] is not None:
-                # L10: {% if %}
+                # {% if ns.is_tool %}
                 if ns.is_tool:
                     out.append("<｜tool▁outputs▁end｜>")
                     out.append_content(message["content"])
@@ -110,10 +110,10 @@ class DeepseekV3Renderer(GeneratedRenderer):
                     out.append("<｜Assistant｜>")
                     out.append_content(message["content"])
                     out.append("<｜end▁of▁sentence｜>")
-            # L10: {% if %}
+            # {% if message['role'] == 'tool' %}
             if message["role"] == "tool":
                 ns.is_tool = True
-                # L10: {% if %}
+                # {% if ns.is_output_first %}
                 if ns.is_output_first:
                     out.append("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>")
                     out.append_content(message["content"])
@@ -124,9 +124,9 @@ class DeepseekV3Renderer(GeneratedRenderer):
                     out.append_content(message["content"])
                     out.append("<｜tool▁output▁end｜>")
         out.mark_scaffold()
-        # L11: {% if %}
+        # {% if ns.is_tool %}
         if ns.is_tool:
             out.append("<｜tool▁outputs▁end｜>")
-        # L11: {% if %}
+        # {% if add_generation_prompt and not ns.is_tool %}
         if add_generation_prompt and not ns.is_tool:
             out.append("<｜Assistant｜>")

@@ -50,53 +50,53 @@ class DeepseekV31Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         thinking = self.knobs["thinking"]
-        # L1: {% if %}
+        # {% if not add_generation_prompt is defined %}
         if not jinja.is_defined(add_generation_prompt):
             add_generation_prompt = False
-        # L1: {% if %}
+        # {% if not thinking is defined %}
         if not jinja.is_defined(thinking):
             thinking = False
         ns = jinja.Namespace(is_first=False, is_tool=False, system_prompt="", is_first_sp=True, is_last_user=False)
-        # L1: {% for %}
+        # {% for message in messages %}
         for message in messages:
-            # L1: {% if %}
+            # {% if message['role'] == 'system' %}
             if message["role"] == "system":
-                # L1: {% if %}
+                # {% if ns.is_first_sp %}
                 if ns.is_first_sp:
                     ns.system_prompt = ns.system_prompt + message["content"]
                     ns.is_first_sp = False
                 else:
                     ns.system_prompt = ns.system_prompt + "\n\n" + message["content"]
         out.append(BOS_TOKEN + str(ns.system_prompt))
-        # L3: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(ns, thinking)):
             out.mark_message(message)
-            # L3: {% if %}
+            # {% if message['role'] == 'user' %}
             if message["role"] == "user":
                 ns.is_tool = False
                 ns.is_first = False
                 ns.is_last_user = True
                 out.append("<｜User｜>")
                 out.append_content(message["content"])
-            # L3: {% if %}
+            # {% if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls...
             if (
                 message["role"] == "assistant"
                 and jinja.is_defined(message["tool_calls"])
                 and message["tool_calls"] is not None
             ):
-                # L3: {% if %}
+                # {% if ns.is_last_user %}
                 if ns.is_last_user:
                     out.append("<｜Assistant｜></think>")
                 ns.is_last_user = False
                 ns.is_first = False
                 ns.is_tool = False
-                # L3: {% for %}
+                # {% for tool in message['tool_calls'] %}
                 for tool in message["tool_calls"]:
-                    # L3: {% if %}
+                    # {% if not ns.is_first %}
                     if not ns.is_first:
-                        # L3: {% if %}
+                        # {% if message['content'] is none %}
                         if message["content"] is None:
                             out.append("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>")
                             out.append_content(tool["function"]["name"])
@@ -118,32 +118,32 @@ class DeepseekV31Renderer(GeneratedRenderer):
                         out.append_content(tool["function"]["arguments"])
                         out.append("<｜tool▁call▁end｜>")
                 out.append("<｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
-            # L3: {% if %}
+            # {% if message['role'] == 'assistant' and (message['tool_calls'] is not defined or message['tool_c...
             if message["role"] == "assistant" and (
                 not jinja.is_defined(message["tool_calls"]) or message["tool_calls"] is None
             ):
-                # L3: {% if %}
+                # {% if ns.is_last_user %}
                 if ns.is_last_user:
                     out.append("<｜Assistant｜>")
-                    # L3: {% if %}
+                    # {% if message['prefix'] is defined and message['prefix'] and thinking %}
                     if jinja.is_defined(message["prefix"]) and message["prefix"] and thinking:
                         out.append("<think>")
                     else:
                         out.append("</think>")
                 ns.is_last_user = False
-                # L3: {% if %}
+                # {% if ns.is_tool %}
                 if ns.is_tool:
                     out.append_content(message["content"])
                     out.append("<｜end▁of▁sentence｜>")
                     ns.is_tool = False
                 else:
                     content = message["content"]
-                    # L3: {% if %}
+                    # {% if '</think>' in content %}
                     if "</think>" in content:
                         content = jinja.getitem(content.split("</think>", 1), 1)
                     out.append_content(content)
                     out.append("<｜end▁of▁sentence｜>")
-            # L3: {% if %}
+            # {% if message['role'] == 'tool' %}
             if message["role"] == "tool":
                 ns.is_last_user = False
                 ns.is_tool = True
@@ -151,10 +151,10 @@ class DeepseekV31Renderer(GeneratedRenderer):
                 out.append_content(message["content"])
                 out.append("<｜tool▁output▁end｜>")
         out.mark_scaffold()
-        # L3: {% if %}
+        # {% if add_generation_prompt and ns.is_last_user and not ns.is_tool %}
         if add_generation_prompt and ns.is_last_user and not ns.is_tool:
             out.append("<｜Assistant｜>")
-            # L3: {% if %}
+            # {% if not thinking %}
             if not thinking:
                 out.append("</think>")
             else:

@@ -56,14 +56,14 @@ class DeepseekV4Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         drop_thinking = self.knobs["drop_thinking"]
         enable_thinking = self.knobs["enable_thinking"]
         thinking_mode = self.knobs["thinking_mode"]
-        # L14: {% if %}
+        # {% if thinking_mode is defined and thinking_mode not in ['thinking', 'chat'] %}
         if jinja.is_defined(thinking_mode) and thinking_mode not in ["thinking", "chat"]:
             raise jinja.TemplateError('thinking_mode must be "thinking" or "chat", not ' + str(thinking_mode))
-        # L17: {% if %}
+        # {% if thinking_mode is defined %}
         if jinja.is_defined(thinking_mode):
             thinking = thinking_mode == "thinking"
         else:
@@ -72,22 +72,22 @@ class DeepseekV4Renderer(GeneratedRenderer):
         ns = jinja.Namespace(
             last_user=-1, first_system=-1, after_user=False, calls=[], results=[], slot=0, in_run=False, position=0
         )
-        # L26: {% for %}
+        # {% for message in messages %}
         for message_index, message in enumerate(messages):
-            # L27: {% if %}
+            # {% if message.role in ['user', 'tool', 'developer'] %}
             if message["role"] in ["user", "tool", "developer"]:
                 ns.last_user = message_index
-            # L30: {% if %}
+            # {% if message.role == 'system' and ns.first_system < 0 %}
             if message["role"] == "system" and ns.first_system < 0:
                 ns.first_system = message_index
 
-        # L36: {% macro tools_section %}
+        # {% macro tools_section() %}
         def macro_tools_section():
             parts_ = []
             parts_.append(
                 '\n\n## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="$TOOL_NAME">\n<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n...\n</｜DSML｜invoke>\n<｜DSML｜invoke name="$TOOL_NAME2">\n...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\nString parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n'
             )
-            # L59: {% for %}
+            # {% for tool in tools %}
             for tool_index, tool in enumerate(tools):
                 parts_.append(jinja.tojson(tool["function"]) + ("\n" if tool_index != len(tools) - 1 else ""))
             parts_.append(
@@ -96,14 +96,14 @@ class DeepseekV4Renderer(GeneratedRenderer):
             return jinja.concat(parts_)
 
         out.append(BOS_TOKEN)
-        # L67: {% if %}
+        # {% if tools and ns.first_system < 0 %}
         if tools and ns.first_system < 0:
             out.append(macro_tools_section())
-        # L70: {% for %}
+        # {% for message in messages %}
         for message_index, message in enumerate(messages):
             out.mark_message(message)
             dropped = thinking and drop and message_index < ns.last_user
-            # L73: {% if %} on the message's role
+            # {% if message.role == 'system' %} (the role dispatch)
             if message["role"] == "system":
                 self.render_system(out, message, message_index, tools, ns, macro_tools_section)
             elif message["role"] == "user" or message["role"] == "tool":
@@ -117,38 +117,38 @@ class DeepseekV4Renderer(GeneratedRenderer):
                     "message " + str(message_index) + ": DeepSeek-V4 has no role " + str(message["role"])
                 )
         out.mark_scaffold()
-        # L153: {% if %}
+        # {% if ns.after_user %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if thinking else "</think>"))
 
     def render_system(self, out, message, message_index, tools, ns, macro_tools_section):
-        """The template's system branch of the message loop (lines 73-78)."""
+        """The template's system branch of the message loop."""
         out.append_content(str(message["content"] or ""))
-        # L75: {% if %}
+        # {% if tools and loop.index0 == ns.first_system %}
         if tools and message_index == ns.first_system:
             out.append(macro_tools_section())
         ns.after_user = False
 
     def render_user_or_tool(self, out, message, message_index, messages, ns):
-        """The template's user / tool branch of the message loop (lines 79-111)."""
-        # L81: {% if %}
+        """The template's user / tool branch of the message loop."""
+        # {% if loop.first or messages[loop.index0 - 1].role not in ['user', 'tool'] %}
         if message_index == 0 or messages[message_index - 1]["role"] not in ["user", "tool"]:
             out.append("<｜User｜>")
             ns.results = []
             ns.in_run = True
-            # L86: {% for %}
+            # {% for later in messages[loop.index0:] %}
             for later in messages[message_index:]:
-                # L87: {% if %}
+                # {% if later.role not in ['user', 'tool'] %}
                 if later["role"] not in ["user", "tool"]:
                     ns.in_run = False
                 elif ns.in_run and later["role"] == "tool":
                     ns.position = 0
-                    # L91: {% for %}
+                    # {% for call in ns.calls %}
                     for call_index, call in enumerate(ns.calls):
                         call_id = jinja.getattribute(call, "id") or jinja.getattribute(
                             jinja.getattribute(call, "function"), "id"
                         )
-                        # L93: {% if %}
+                        # {% if call_id and call_id == later.tool_call_id %}
                         if call_id and call_id == later["tool_call_id"]:
                             ns.position = call_index
                     ns.results = ns.results + [{"position": ns.position, "message": later}]
@@ -158,7 +158,7 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.slot = 0
         else:
             out.append("\n\n")
-        # L105: {% if %}
+        # {% if message.role == 'user' %}
         if message["role"] == "user":
             out.append_content(str(message["content"]))
         else:
@@ -171,10 +171,10 @@ class DeepseekV4Renderer(GeneratedRenderer):
         ns.after_user = True
 
     def render_developer(self, out, message, message_index, dropped, ns):
-        """The template's developer branch of the message loop (lines 112-118)."""
-        # L113: {% if %}
+        """The template's developer branch of the message loop."""
+        # {% if not dropped %}
         if not dropped:
-            # L114: {% if %}
+            # {% if not message.content %}
             if not message["content"]:
                 raise jinja.TemplateError("message " + str(message_index) + ": a developer message needs content")
             out.append("<｜User｜>")
@@ -182,30 +182,30 @@ class DeepseekV4Renderer(GeneratedRenderer):
             ns.after_user = True
 
     def render_assistant(self, out, message, thinking, dropped, ns, EOS_TOKEN):
-        """The template's assistant branch of the message loop (lines 120-148)."""
+        """The template's assistant branch of the message loop."""
         with_reasoning = thinking and not dropped
-        # L122: {% if %}
+        # {% if ns.after_user %}
         if ns.after_user:
             out.append("<｜Assistant｜>" + ("<think>" if with_reasoning else "</think>"))
-        # L125: {% if %}
+        # {% if with_reasoning %}
         if with_reasoning:
             out.append_content(str(message["reasoning_content"] or ""))
             out.append("</think>")
         out.append_content(str(message["content"] or ""))
-        # L129: {% if %}
+        # {% if message.tool_calls %}
         if message["tool_calls"]:
             ns.calls = message["tool_calls"]
             out.append("\n\n<｜DSML｜tool_calls>\n")
-            # L132: {% for %}
+            # {% for call in message.tool_calls %}
             items = list(message["tool_calls"])
             for call_index, call in enumerate(items):
                 out.append('<｜DSML｜invoke name="')
                 out.append_content(str(jinja.getattribute(jinja.getattribute(call, "function"), "name")))
                 out.append('">\n')
-                # L135: {% for %}
+                # {% for key, value in call.function.arguments | items %}
                 items_2 = list(jinja.items(jinja.getattribute(jinja.getattribute(call, "function"), "arguments")))
                 for index, (key, value) in enumerate(items_2):
-                    # L136: {% if %}
+                    # {% if value is string %}
                     if isinstance(value, str):
                         out.append('<｜DSML｜parameter name="' + str(key) + '" string="true">' + value)
                     else:

@@ -42,11 +42,11 @@ class Gemma3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         out.append(BOS_TOKEN)
-        # L2: {% if %}
+        # {% if messages[0]['role'] == 'system' %}
         if messages[0]["role"] == "system":
-            # L3: {% if %}
+            # {% if messages[0]['content'] is string %}
             if isinstance(messages[0]["content"], str):
                 first_user_prefix = messages[0]["content"] + "\n\n"
             else:
@@ -55,25 +55,25 @@ class Gemma3Renderer(GeneratedRenderer):
         else:
             first_user_prefix = ""
             loop_messages = messages
-        # L17: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(loop_messages, state=(first_user_prefix,)):
             out.mark_message(message)
-            # L18: {% if %}
+            # {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
             if (message["role"] == "user") != (message_index % 2 == 0):
                 raise jinja.TemplateError("Conversation roles must alternate user/assistant/user/assistant/...")
-            # L21: {% if %}
+            # {% if (message['role'] == 'assistant') %}
             if message["role"] == "assistant":
                 role = "model"
             else:
                 role = message["role"]
             out.append("<start_of_turn>" + role + "\n" + (first_user_prefix if message_index == 0 else ""))
-            # L28: {% if %}
+            # {% if message['content'] is string %}
             if isinstance(message["content"], str):
                 out.append_content(jinja.trim(message["content"]))
             elif jinja.is_iterable(message["content"]):
-                # L31: {% for %}
+                # {% for item in message['content'] %}
                 for item in message["content"]:
-                    # L32: {% if %}
+                    # {% if item['type'] == 'image' %}
                     if item["type"] == "image":
                         out.append("<start_of_image>")
                     elif item["type"] == "text":
@@ -82,6 +82,6 @@ class Gemma3Renderer(GeneratedRenderer):
                 raise jinja.TemplateError("Invalid content type")
             out.append("<end_of_turn>\n")
         out.mark_scaffold()
-        # L44: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<start_of_turn>model\n")

@@ -52,80 +52,80 @@ class Gemma4Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
         bos_token = self.special_tokens["bos_token"]
         ns = jinja.Namespace(prev_message_type=None)
         loop_messages = messages
         out.append(str(bos_token))
-        # L179: {% if %}
+        # {% if (enable_thinking is defined and enable_thinking) or tools or messages[0]['role'] in ['syste...
         if (
             (jinja.is_defined(enable_thinking) and enable_thinking)
             or tools
             or messages[0]["role"] in ["system", "developer"]
         ):
             out.append("<|turn>system\n")
-            # L183: {% if %}
+            # {% if enable_thinking is defined and enable_thinking %}
             if jinja.is_defined(enable_thinking) and enable_thinking:
                 out.append("<|think|>\n")
                 ns.prev_message_type = "think"
-            # L188: {% if %}
+            # {% if messages[0]['role'] in ['system', 'developer'] %}
             if messages[0]["role"] in ["system", "developer"]:
                 out.append_content(jinja.trim(messages[0]["content"]))
                 loop_messages = messages[1:]
-            # L193: {% if %}
+            # {% if tools %}
             if tools:
-                # L194: {% for %}
+                # {% for tool in tools %}
                 for tool in tools:
                     out.append("<|tool>" + jinja.trim(self.macro_format_function_declaration(tool)) + "<tool|>")
                 ns.prev_message_type = "tool"
             out.append("<turn|>\n")
         ns_turn = jinja.Namespace(last_user_idx=-1)
-        # L207: {% for %}
+        # {% for i in range(loop_messages | length) %}
         for i in jinja.safe_range(len(loop_messages)):
-            # L208: {% if %}
+            # {% if loop_messages[i]['role'] == 'user' %}
             if loop_messages[i]["role"] == "user":
                 ns_turn.last_user_idx = i
-        # L214: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in enumerate(loop_messages):
             out.mark_message(message)
-            # L215: {% if %}
+            # {% if message['role'] != 'tool' %}
             if message["role"] != "tool":
                 ns.prev_message_type = None
                 role = "model" if message["role"] == "assistant" else message["role"]
                 prev_nt = jinja.Namespace(role=None, found=False)
-                # L220: {% if %}
+                # {% if loop.index0 > 0 %}
                 if message_index > 0:
-                    # L221: {% for %}
+                    # {% for j in range(loop.index0 - 1, -1, -1) %}
                     for j in jinja.safe_range(message_index - 1, -1, -1):
-                        # L222: {% if %}
+                        # {% if not prev_nt.found %}
                         if not prev_nt.found:
-                            # L223: {% if %}
+                            # {% if loop_messages[j]['role'] != 'tool' %}
                             if loop_messages[j]["role"] != "tool":
                                 prev_nt.role = loop_messages[j]["role"]
                                 prev_nt.found = True
                 continue_same_model_turn = role == "model" and prev_nt.role == "assistant"
-                # L231: {% if %}
+                # {% if not continue_same_model_turn %}
                 if not continue_same_model_turn:
                     out.append("<|turn>" + role + "\n")
                 thinking_text = message.get("reasoning") or message.get("reasoning_content")
-                # L237: {% if %}
+                # {% if thinking_text and loop.index0 > ns_turn.last_user_idx and message.get('tool_calls') %}
                 if thinking_text and message_index > ns_turn.last_user_idx and message.get("tool_calls"):
                     out.append("<|channel>thought\n" + thinking_text + "\n<channel|>")
-                # L241: {% if %}
+                # {% if message['tool_calls'] %}
                 if message["tool_calls"]:
-                    # L242: {% for %}
+                    # {% for tool_call in message['tool_calls'] %}
                     for tool_call in message["tool_calls"]:
                         function = tool_call["function"]
                         out.append("<|tool_call>call:")
                         out.append_content(function["name"])
                         out.append("{")
-                        # L245: {% if %}
+                        # {% if function['arguments'] is mapping %}
                         if jinja.is_mapping(function["arguments"]):
                             ns_args = jinja.Namespace(found_first=False)
-                            # L247: {% for %}
+                            # {% for key, value in function['arguments'] | dictsort %}
                             for key, value in jinja.dictsort(function["arguments"]):
-                                # L248: {% if %}
+                                # {% if ns_args.found_first %}
                                 if ns_args.found_first:
                                     out.append(",")
                                 ns_args.found_first = True
@@ -135,9 +135,9 @@ class Gemma4Renderer(GeneratedRenderer):
                         out.append("}<tool_call|>")
                     ns.prev_message_type = "tool_call"
                 ns_tr_out = jinja.Namespace(flag=False)
-                # L261: {% if %}
+                # {% if message.get('tool_responses') %}
                 if message.get("tool_responses"):
-                    # L263: {% for %}
+                    # {% for tool_response in message['tool_responses'] %}
                     for tool_response in message["tool_responses"]:
                         out.append(
                             self.macro_format_tool_response_block(
@@ -148,9 +148,9 @@ class Gemma4Renderer(GeneratedRenderer):
                         ns.prev_message_type = "tool_response"
                 elif message.get("tool_calls"):
                     ns_tool_scan = jinja.Namespace(stopped=False)
-                    # L271: {% for %}
+                    # {% for k in range(loop.index0 + 1, loop_messages | length) %}
                     for k in jinja.safe_range(message_index + 1, len(loop_messages)):
-                        # L272: {% if %}
+                        # {% if ns_tool_scan.stopped %}
                         if ns_tool_scan.stopped:
                             pass
                         elif loop_messages[k]["role"] != "tool":
@@ -158,20 +158,20 @@ class Gemma4Renderer(GeneratedRenderer):
                         else:
                             follow = loop_messages[k]
                             ns_tname = jinja.Namespace(name=jinja.default(follow.get("name"), "unknown"))
-                            # L279: {% for %}
+                            # {% for tc in message['tool_calls'] %}
                             for tc in message["tool_calls"]:
-                                # L280: {% if %}
+                                # {% if tc.get('id') == follow.get('tool_call_id') %}
                                 if tc.get("id") == follow.get("tool_call_id"):
                                     ns_tname.name = tc["function"]["name"]
                             tool_body = follow.get("content")
-                            # L286: {% if %}
+                            # {% if tool_body is string %}
                             if isinstance(tool_body, str):
                                 out.append_content(self.macro_format_tool_response_block(ns_tname.name, tool_body))
                             elif jinja.is_sequence(tool_body) and not isinstance(tool_body, str):
                                 ns_txt = jinja.Namespace(s="")
-                                # L290: {% for %}
+                                # {% for part in tool_body %}
                                 for part in tool_body:
-                                    # L291: {% if %}
+                                    # {% if part.get('type') == 'text' %}
                                     if part.get("type") == "text":
                                         ns_txt.s = ns_txt.s + jinja.default(part.get("text"), "")
                                 out.append_content(self.macro_format_tool_response_block(ns_tname.name, ns_txt.s))
@@ -179,19 +179,19 @@ class Gemma4Renderer(GeneratedRenderer):
                                 out.append_content(self.macro_format_tool_response_block(ns_tname.name, tool_body))
                             ns_tr_out.flag = True
                             ns.prev_message_type = "tool_response"
-                # L305: {% if %}
+                # {% if message['content'] is string %}
                 if isinstance(message["content"], str):
-                    # L306: {% if %}
+                    # {% if role == 'model' %}
                     if role == "model":
                         out.append_content(self.macro_strip_thinking(message["content"]))
                     else:
                         out.append_content(jinja.trim(message["content"]))
                 elif jinja.is_sequence(message["content"]):
-                    # L312: {% for %}
+                    # {% for item in message['content'] %}
                     for item in message["content"]:
-                        # L313: {% if %}
+                        # {% if item['type'] == 'text' %}
                         if jinja.getitem(item, "type") == "text":
-                            # L314: {% if %}
+                            # {% if role == 'model' %}
                             if role == "model":
                                 out.append(self.macro_strip_thinking(jinja.getitem(item, "text")))
                             else:
@@ -205,73 +205,73 @@ class Gemma4Renderer(GeneratedRenderer):
                         elif jinja.getitem(item, "type") == "video":
                             out.append("<|video|>")
                             ns.prev_message_type = "video"
-                # L332: {% if %}
+                # {% if ns.prev_message_type == 'tool_call' and not ns_tr_out.flag %}
                 if ns.prev_message_type == "tool_call" and not ns_tr_out.flag:
                     out.append("<|tool_response>")
                 elif not (ns_tr_out.flag and not message.get("content")):
                     out.append("<turn|>\n")
         out.mark_scaffold()
-        # L340: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
-            # L341: {% if %}
+            # {% if ns.prev_message_type != 'tool_response' and ns.prev_message_type != 'tool_call' %}
             if ns.prev_message_type != "tool_response" and ns.prev_message_type != "tool_call":
                 out.append("<|turn>model\n")
-                # L343: {% if %}
+                # {% if not enable_thinking | default(false) %}
                 if not jinja.default(enable_thinking, False):
                     out.append("<|channel>thought\n<channel|>")
 
     @jinja.memoized_macro
     def macro_format_parameters(self, properties=jinja.Undefined("properties"), required=jinja.Undefined("required")):
-        """The template's macro format_parameters (lines 1-82)."""
+        """The template's macro format_parameters."""
         parts_ = []
         standard_keys = ["description", "type", "properties", "required", "nullable"]
         ns = jinja.Namespace(found_first=False)
-        # L4: {% for %}
+        # {% for key, value in properties | dictsort %}
         for key, value in jinja.dictsort(properties):
             add_comma = False
-            # L6: {% if %}
+            # {% if key not in standard_keys %}
             if key not in standard_keys:
-                # L7: {% if %}
+                # {% if ns.found_first %}
                 if ns.found_first:
                     parts_.append(",")
                 ns.found_first = True
                 parts_.append(str(key) + ":{")
-                # L10: {% if %}
+                # {% if value['description'] %}
                 if jinja.getitem(value, "description"):
                     parts_.append('description:<|"|>' + str(jinja.getitem(value, "description")) + '<|"|>')
                     add_comma = True
-                # L14: {% if %}
+                # {% if value['type'] | upper == 'STRING' %}
                 if jinja.upper(jinja.getitem(value, "type")) == "STRING":
-                    # L15: {% if %}
+                    # {% if value['enum'] %}
                     if jinja.getitem(value, "enum"):
-                        # L16: {% if %}
+                        # {% if add_comma %}
                         if add_comma:
                             parts_.append(",")
                         else:
                             add_comma = True
                         parts_.append("enum:" + self.macro_format_argument(jinja.getitem(value, "enum")))
                 elif jinja.upper(jinja.getitem(value, "type")) == "ARRAY":
-                    # L20: {% if %}
+                    # {% if value['items'] is mapping and value['items'] %}
                     if jinja.is_mapping(jinja.getitem(value, "items")) and jinja.getitem(value, "items"):
-                        # L21: {% if %}
+                        # {% if add_comma %}
                         if add_comma:
                             parts_.append(",")
                         else:
                             add_comma = True
                         parts_.append("items:{")
                         ns_items = jinja.Namespace(found_first=False)
-                        # L24: {% for %}
+                        # {% for item_key, item_value in value['items'] | dictsort %}
                         for item_key, item_value in jinja.dictsort(jinja.getitem(value, "items")):
-                            # L25: {% if %}
+                            # {% if item_value is not none %}
                             if item_value is not None:
-                                # L26: {% if %}
+                                # {% if ns_items.found_first %}
                                 if ns_items.found_first:
                                     parts_.append(",")
                                 ns_items.found_first = True
-                                # L28: {% if %}
+                                # {% if item_key == 'properties' %}
                                 if item_key == "properties":
                                     parts_.append("properties:{")
-                                    # L30: {% if %}
+                                    # {% if item_value is mapping %}
                                     if jinja.is_mapping(item_value):
                                         parts_.append(
                                             self.macro_format_parameters(
@@ -284,16 +284,16 @@ class Gemma4Renderer(GeneratedRenderer):
                                     parts_.append("}")
                                 elif item_key == "required":
                                     parts_.append("required:[")
-                                    # L36: {% for %}
+                                    # {% for req_item in item_value %}
                                     items = list(item_value)
                                     for req_item_index, req_item in enumerate(items):
                                         parts_.append('<|"|>' + str(req_item) + '<|"|>')
-                                        # L38: {% if %}
+                                        # {% if not loop.last %}
                                         if req_item_index != len(items) - 1:
                                             parts_.append(",")
                                     parts_.append("]")
                                 elif item_key == "type":
-                                    # L42: {% if %}
+                                    # {% if item_value is string %}
                                     if isinstance(item_value, str):
                                         parts_.append("type:" + self.macro_format_argument(jinja.upper(item_value)))
                                     else:
@@ -306,21 +306,21 @@ class Gemma4Renderer(GeneratedRenderer):
                                 else:
                                     parts_.append(str(item_key) + ":" + self.macro_format_argument(item_value))
                         parts_.append("}")
-                # L55: {% if %}
+                # {% if value['nullable'] %}
                 if jinja.getitem(value, "nullable"):
-                    # L56: {% if %}
+                    # {% if add_comma %}
                     if add_comma:
                         parts_.append(",")
                     else:
                         add_comma = True
                     parts_.append("nullable:true")
-                # L59: {% if %}
+                # {% if value['type'] | upper == 'OBJECT' %}
                 if jinja.upper(jinja.getitem(value, "type")) == "OBJECT":
-                    # L60: {% if %}
+                    # {% if value['properties'] is defined and value['properties'] is mapping %}
                     if jinja.is_defined(jinja.getitem(value, "properties")) and jinja.is_mapping(
                         jinja.getitem(value, "properties")
                     ):
-                        # L61: {% if %}
+                        # {% if add_comma %}
                         if add_comma:
                             parts_.append(",")
                         else:
@@ -333,7 +333,7 @@ class Gemma4Renderer(GeneratedRenderer):
                             + "}"
                         )
                     elif jinja.is_mapping(value):
-                        # L66: {% if %}
+                        # {% if add_comma %}
                         if add_comma:
                             parts_.append(",")
                         else:
@@ -343,23 +343,23 @@ class Gemma4Renderer(GeneratedRenderer):
                             + self.macro_format_parameters(value, jinja.default(jinja.getitem(value, "required"), []))
                             + "}"
                         )
-                    # L71: {% if %}
+                    # {% if value['required'] %}
                     if jinja.getitem(value, "required"):
-                        # L72: {% if %}
+                        # {% if add_comma %}
                         if add_comma:
                             parts_.append(",")
                         else:
                             add_comma = True
                         parts_.append("required:[")
-                        # L74: {% for %}
+                        # {% for item in value['required'] | default([]) %}
                         items = list(jinja.default(jinja.getitem(value, "required"), []))
                         for item_index, item in enumerate(items):
                             parts_.append('<|"|>' + str(item) + '<|"|>')
-                            # L76: {% if %}
+                            # {% if not loop.last %}
                             if item_index != len(items) - 1:
                                 parts_.append(",")
                         parts_.append("]")
-                # L81: {% if %}
+                # {% if add_comma %}
                 if add_comma:
                     parts_.append(",")
                 else:
@@ -369,7 +369,7 @@ class Gemma4Renderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_format_function_declaration(self, tool_data=jinja.Undefined("tool_data")):
-        """The template's macro format_function_declaration (lines 86-116)."""
+        """The template's macro format_function_declaration."""
         parts_ = []
         parts_.append(
             "declaration:"
@@ -379,35 +379,35 @@ class Gemma4Renderer(GeneratedRenderer):
             + '<|"|>'
         )
         params = tool_data["function"]["parameters"]
-        # L89: {% if %}
+        # {% if params %}
         if params:
             parts_.append(",parameters:{")
-            # L91: {% if %}
+            # {% if params['properties'] %}
             if params["properties"]:
                 parts_.append(
                     "properties:{" + self.macro_format_parameters(params["properties"], params["required"]) + "},"
                 )
-            # L94: {% if %}
+            # {% if params['required'] %}
             if params["required"]:
                 parts_.append("required:[")
-                # L96: {% for %}
+                # {% for item in params['required'] %}
                 items = list(params["required"])
                 for item_index, item in enumerate(items):
                     parts_.append(
                         '<|"|>' + str(item) + '<|"|>' + str("," if item_index != len(items) - 1 else jinja.Undefined())
                     )
                 parts_.append("],")
-            # L102: {% if %}
+            # {% if params['type'] %}
             if params["type"]:
                 parts_.append('type:<|"|>' + jinja.upper(params["type"]) + '<|"|>}')
-        # L106: {% if %}
+        # {% if 'response' in tool_data['function'] %}
         if "response" in tool_data["function"]:
             response_declaration = tool_data["function"]["response"]
             parts_.append(",response:{")
-            # L109: {% if %}
+            # {% if response_declaration['description'] %}
             if response_declaration["description"]:
                 parts_.append('description:<|"|>' + str(response_declaration["description"]) + '<|"|>,')
-            # L112: {% if %}
+            # {% if response_declaration['type'] | upper == 'OBJECT' %}
             if jinja.upper(response_declaration["type"]) == "OBJECT":
                 parts_.append('type:<|"|>' + jinja.upper(response_declaration["type"]) + '<|"|>}')
         parts_.append("}")
@@ -415,9 +415,9 @@ class Gemma4Renderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_format_argument(self, argument=jinja.Undefined("argument"), escape_keys=True):
-        """The template's macro format_argument (lines 118-145)."""
+        """The template's macro format_argument."""
         parts_ = []
-        # L119: {% if %}
+        # {% if argument is string %}
         if isinstance(argument, str):
             parts_.append('<|"|>' + argument + '<|"|>')
         elif jinja.is_boolean(argument):
@@ -425,13 +425,13 @@ class Gemma4Renderer(GeneratedRenderer):
         elif jinja.is_mapping(argument):
             parts_.append("{")
             ns = jinja.Namespace(found_first=False)
-            # L126: {% for %}
+            # {% for key, value in argument | dictsort %}
             for key, value in jinja.dictsort(argument):
-                # L127: {% if %}
+                # {% if ns.found_first %}
                 if ns.found_first:
                     parts_.append(",")
                 ns.found_first = True
-                # L129: {% if %}
+                # {% if escape_keys %}
                 if escape_keys:
                     parts_.append('<|"|>' + key + '<|"|>')
                 else:
@@ -440,11 +440,11 @@ class Gemma4Renderer(GeneratedRenderer):
             parts_.append("}")
         elif jinja.is_sequence(argument):
             parts_.append("[")
-            # L139: {% for %}
+            # {% for item in argument %}
             items = list(argument)
             for item_index, item in enumerate(items):
                 parts_.append(self.macro_format_argument(item, escape_keys=escape_keys))
-                # L141: {% if %}
+                # {% if not loop.last %}
                 if item_index != len(items) - 1:
                     parts_.append(",")
             parts_.append("]")
@@ -454,12 +454,12 @@ class Gemma4Renderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_strip_thinking(self, text=jinja.Undefined("text")):
-        """The template's macro strip_thinking (lines 148-157)."""
+        """The template's macro strip_thinking."""
         parts_ = []
         ns = jinja.Namespace(result="")
-        # L150: {% for %}
+        # {% for part in text.split('<channel|>') %}
         for part in text.split("<channel|>"):
-            # L151: {% if %}
+            # {% if '<|channel>' in part %}
             if "<|channel>" in part:
                 ns.result = ns.result + part.split("<|channel>")[0]
             else:
@@ -471,17 +471,17 @@ class Gemma4Renderer(GeneratedRenderer):
     def macro_format_tool_response_block(
         self, tool_name=jinja.Undefined("tool_name"), response=jinja.Undefined("response")
     ):
-        """The template's macro format_tool_response_block (lines 160-172)."""
+        """The template's macro format_tool_response_block."""
         parts_ = []
         parts_.append("<|tool_response>")
-        # L162: {% if %}
+        # {% if response is mapping %}
         if jinja.is_mapping(response):
             parts_.append("response:" + tool_name + "{")
-            # L164: {% for %}
+            # {% for key, value in response | dictsort %}
             items = list(jinja.dictsort(response))
             for index, (key, value) in enumerate(items):
                 parts_.append(str(key) + ":" + self.macro_format_argument(value, escape_keys=False))
-                # L166: {% if %}
+                # {% if not loop.last %}
                 if index != len(items) - 1:
                     parts_.append(",")
             parts_.append("}")

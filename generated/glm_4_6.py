@@ -51,30 +51,30 @@ class Glm46Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
         out.append("[gMASK]<sop>")
-        # L2: {% if %}
+        # {% if tools %}
         if tools:
             out.append(
                 "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
             )
-            # L10: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
                 out.append(jinja.tojson(tool, ensure_ascii=False) + "\n")
             out.append(
                 "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
             )
         ns = jinja.Namespace(last_user_index=-1)
-        # L39: {% for %}
+        # {% for m in messages %}
         for m_index, m in enumerate(messages):
-            # L40: {% if %}
+            # {% if m.role == 'user' %}
             if m["role"] == "user":
                 ns.last_user_index = m_index
-        # L44: {% for %}
+        # {% for m in messages %}
         for m_index, m in out.message_loop(messages, state=(enable_thinking, ns)):
             out.mark_message(m)
-            # L45: {% if %} on the message's role
+            # {% if m.role == 'user' %} (the role dispatch)
             if m["role"] == "user":
                 self.render_user(out, m, enable_thinking)
             elif m["role"] == "assistant":
@@ -84,7 +84,7 @@ class Glm46Renderer(GeneratedRenderer):
             elif m["role"] == "system":
                 self.render_system(out, m)
         out.mark_scaffold()
-        # L104: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append(
                 "<|assistant|>"
@@ -93,15 +93,15 @@ class Glm46Renderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_visible_text(self, content=jinja.Undefined("content")):
-        """The template's macro visible_text (lines 23-35)."""
+        """The template's macro visible_text."""
         parts_ = []
-        # L24: {% if %}
+        # {% if content is string %}
         if isinstance(content, str):
             parts_.append(content)
         elif jinja.is_iterable(content) and not jinja.is_mapping(content):
-            # L27: {% for %}
+            # {% for item in content %}
             for item in content:
-                # L28: {% if %}
+                # {% if item is mapping and item.type == 'text' %}
                 if jinja.is_mapping(item) and jinja.getattribute(item, "type") == "text":
                     parts_.append(str(jinja.getattribute(item, "text")))
                 elif isinstance(item, str):
@@ -111,7 +111,7 @@ class Glm46Renderer(GeneratedRenderer):
         return jinja.concat(parts_)
 
     def render_user(self, out, m, enable_thinking):
-        """The template's user branch of the message loop (lines 45-47)."""
+        """The template's user branch of the message loop."""
         out.append("<|user|>\n")
         out.append_content(self.macro_visible_text(m["content"]))
         out.append(
@@ -123,46 +123,45 @@ class Glm46Renderer(GeneratedRenderer):
         )
 
     def render_assistant(self, out, m, m_index, ns):
-        """The template's assistant branch of the message loop (lines 48-82)."""
+        """The template's assistant branch of the message loop."""
         out.append("<|assistant|>")
         reasoning_content = ""
         content = self.macro_visible_text(m["content"])
-        # L52: {% if %}
+        # {% if m.reasoning_content is string %}
         if isinstance(m["reasoning_content"], str):
             reasoning_content = m["reasoning_content"]
         else:
-            # L55: {% if %}
+            # {% if '</think>' in content %}
             if "</think>" in content:
                 reasoning_content = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 content = content.split("</think>")[-1].lstrip("\n")
-        # L60: {% if %}
+        # {% if loop.index0 > ns.last_user_index and reasoning_content %}
         if m_index > ns.last_user_index and reasoning_content:
             out.append("\n<think>")
             out.append_content(reasoning_content.strip())
             out.append("</think>")
         else:
             out.append("\n<think></think>")
-        # L65: {% if %}
+        # {% if content.strip() %}
         if content.strip():
             out.append("\n")
             out.append_content(content.strip())
-        # L68: {% if %}
+        # {% if m.tool_calls %}
         if m["tool_calls"]:
-            # L69: {% for %}
+            # {% for tc in m.tool_calls %}
             for tc in m["tool_calls"]:
-                # L70: {% if %}
+                # {% if tc.function %}
                 if tc["function"]:
                     tc = tc["function"]
                 out.append("\n<tool_call>")
                 out.append_content(tc["name"])
                 out.append("\n")
                 _args = tc["arguments"] or {}
-                # L75: {% if %}
+                # {% if _args is not mapping %}
                 if not jinja.is_mapping(_args):
                     out.append("    ")
                     raise jinja.TemplateError("Invalid tool call arguments passed: " + str(_args))
-                    out.append("\n")
-                # L78: {% for %}
+                # {% for k, v in _args.items() %}
                 for k, v in _args.items():
                     out.append(
                         "<arg_key>"
@@ -174,10 +173,10 @@ class Glm46Renderer(GeneratedRenderer):
                 out.append("</tool_call>")
 
     def render_tool(self, out, m, m_index, messages):
-        """The template's tool branch of the message loop (lines 84-96)."""
-        # L85: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if m.content is string %}
         if isinstance(m["content"], str):
-            # L86: {% if %}
+            # {% if loop.first or (messages[loop.index0 - 1].role != "tool") %}
             if m_index == 0 or messages[m_index - 1]["role"] != "tool":
                 out.append("<|observation|>")
             out.append("\n<tool_response>\n")
@@ -185,7 +184,7 @@ class Glm46Renderer(GeneratedRenderer):
             out.append("\n</tool_response>")
         else:
             out.append("<|observation|>")
-            # L93: {% for %}
+            # {% for tr in m.content %}
             for tr in m["content"]:
                 out.append(
                     "\n<tool_response>\n"
@@ -194,6 +193,6 @@ class Glm46Renderer(GeneratedRenderer):
                 )
 
     def render_system(self, out, m):
-        """The template's system branch of the message loop (lines 99-101)."""
+        """The template's system branch of the message loop."""
         out.append("<|system|>\n")
         out.append_content(self.macro_visible_text(m["content"]))

@@ -49,19 +49,19 @@ class GptOssRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         builtin_tools = self.knobs["builtin_tools"]
         model_identity = self.knobs["model_identity"]
         reasoning_effort = self.knobs["reasoning_effort"]
 
-        # L196: {% macro build_system_message %}
+        # {% macro build_system_message() %}
         def macro_build_system_message():
             parts_ = []
             # Jinja scoping: 'model_identity' set here is local to this loop or macro, hence 'model_identity_2'
             model_identity_2 = model_identity
             # Jinja scoping: 'reasoning_effort' set here is local to this loop or macro, hence 'reasoning_effort_2'
             reasoning_effort_2 = reasoning_effort
-            # L197: {% if %}
+            # {% if model_identity is not defined %}
             if not jinja.is_defined(model_identity_2):
                 model_identity_2 = "You are ChatGPT, a large language model trained by OpenAI."
             parts_.append(
@@ -70,17 +70,17 @@ class GptOssRenderer(GeneratedRenderer):
                 + jinja.strftime_now("%Y-%m-%d")
                 + "\n\n"
             )
-            # L203: {% if %}
+            # {% if reasoning_effort is not defined %}
             if not jinja.is_defined(reasoning_effort_2):
                 reasoning_effort_2 = "medium"
             parts_.append("Reasoning: " + reasoning_effort_2 + "\n\n")
-            # L207: {% if %}
+            # {% if builtin_tools %}
             if builtin_tools:
                 parts_.append("# Tools\n\n")
                 available_builtin_tools = jinja.Namespace(browser=False, python=False)
-                # L210: {% for %}
+                # {% for tool in builtin_tools %}
                 for tool in builtin_tools:
-                    # L211: {% if %}
+                    # {% if tool == "browser" %}
                     if tool == "browser":
                         available_builtin_tools.browser = True
                     elif tool == "python":
@@ -89,33 +89,33 @@ class GptOssRenderer(GeneratedRenderer):
                     self.macro_render_builtin_tools(available_builtin_tools.browser, available_builtin_tools.python)
                 )
             parts_.append("# Valid channels: analysis, commentary, final. Channel must be included for every message.")
-            # L220: {% if %}
+            # {% if tools %}
             if tools:
                 parts_.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
             return jinja.concat(parts_)
 
         out.append("<|start|>system<|message|>" + macro_build_system_message() + "<|end|>")
-        # L234: {% if %}
+        # {% if messages[0].role == "developer" or messages[0].role == "system" %}
         if messages[0]["role"] == "developer" or messages[0]["role"] == "system":
             developer_message = messages[0]["content"]
             loop_messages = messages[1:]
         else:
             developer_message = ""
             loop_messages = messages
-        # L243: {% if %}
+        # {% if developer_message or tools %}
         if developer_message or tools:
             out.append("<|start|>developer<|message|>")
-            # L245: {% if %}
+            # {% if developer_message %}
             if developer_message:
                 out.append("# Instructions\n\n")
                 out.append_content(str(developer_message))
                 out.append("\n\n")
-            # L250: {% if %}
+            # {% if tools %}
             if tools:
                 out.append("# Tools\n\n" + self.macro_render_tool_namespace("functions", tools))
             out.append("<|end|>")
         last_tool_call = jinja.Namespace(name=None)
-        # L259: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(
             loop_messages,
             lookahead=1,
@@ -128,7 +128,7 @@ class GptOssRenderer(GeneratedRenderer):
             ),
         ):
             out.mark_message(message)
-            # L261: {% if %} on the message's role
+            # {% if message.role == 'assistant' %} (the role dispatch)
             if message["role"] == "assistant":
                 self.render_assistant(out, message, message_index, loop_messages, last_tool_call, add_generation_prompt)
             elif message["role"] == "tool":
@@ -136,7 +136,7 @@ class GptOssRenderer(GeneratedRenderer):
             elif message["role"] == "user":
                 self.render_user(out, message)
         out.mark_scaffold()
-        # L329: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
@@ -147,13 +147,13 @@ class GptOssRenderer(GeneratedRenderer):
         required_params=jinja.Undefined("required_params"),
         is_nullable=False,
     ):
-        """The template's macro render_typescript_type (lines 10-104)."""
+        """The template's macro render_typescript_type."""
         parts_ = []
-        # L11: {% if %}
+        # {% if param_spec.type == "array" %}
         if jinja.getattribute(param_spec, "type") == "array":
-            # L12: {% if %}
+            # {% if param_spec['items'] %}
             if jinja.getitem(param_spec, "items"):
-                # L13: {% if %}
+                # {% if param_spec['items']['type'] == "string" %}
                 if jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "string":
                     parts_.append("string[]")
                 elif jinja.getitem(jinja.getitem(param_spec, "items"), "type") == "number":
@@ -164,17 +164,17 @@ class GptOssRenderer(GeneratedRenderer):
                     parts_.append("boolean[]")
                 else:
                     inner_type = self.macro_render_typescript_type(jinja.getitem(param_spec, "items"), required_params)
-                    # L23: {% if %}
+                    # {% if inner_type == "object | object" or inner_type|length > 50 %}
                     if inner_type == "object | object" or jinja.length(inner_type) > 50:
                         parts_.append("any[]")
                     else:
                         parts_.append(inner_type + "[]")
-                # L29: {% if %}
+                # {% if param_spec.nullable %}
                 if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
             else:
                 parts_.append("any[]")
-                # L34: {% if %}
+                # {% if param_spec.nullable %}
                 if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
         elif (
@@ -184,45 +184,45 @@ class GptOssRenderer(GeneratedRenderer):
             and not jinja.is_mapping(jinja.getattribute(param_spec, "type"))
             and jinja.is_defined(jinja.getitem(jinja.getattribute(param_spec, "type"), 0))
         ):
-            # L40: {% if %}
+            # {% if param_spec.type | length > 1 %}
             if jinja.length(jinja.getattribute(param_spec, "type")) > 1:
                 parts_.append(jinja.join(jinja.getattribute(param_spec, "type"), " | "))
             else:
                 parts_.append(str(jinja.getitem(jinja.getattribute(param_spec, "type"), 0)))
         elif jinja.getattribute(param_spec, "oneOf"):
             has_object_variants = False
-            # L48: {% for %}
+            # {% for variant in param_spec.oneOf %}
             for variant in jinja.getattribute(param_spec, "oneOf"):
-                # L49: {% if %}
+                # {% if variant.type == "object" %}
                 if jinja.getattribute(variant, "type") == "object":
-                    # Jinja scoping: 'has_object_variants' set here is local to this loop or macro, hence 'has_object_variants_2'
-                    has_object_variants_2 = True
-            # L53: {% if %}
+                    # Jinja scoping: 'has_object_variants' set here is local to this loop or macro, and nothing reads it
+                    pass
+            # {% if has_object_variants and param_spec.oneOf|length > 1 %}
             if has_object_variants and jinja.length(jinja.getattribute(param_spec, "oneOf")) > 1:
                 parts_.append("any")
             else:
-                # L56: {% for %}
+                # {% for variant in param_spec.oneOf %}
                 items = list(jinja.getattribute(param_spec, "oneOf"))
                 for variant_index, variant in enumerate(items):
                     parts_.append(self.macro_render_typescript_type(variant, required_params))
-                    # L58: {% if %}
+                    # {% if variant.description %}
                     if jinja.getattribute(variant, "description"):
                         parts_.append("// " + jinja.getattribute(variant, "description"))
-                    # L61: {% if %}
+                    # {% if variant.default is defined %}
                     if jinja.is_defined(jinja.getattribute(variant, "default")):
                         parts_.append(
                             "                    // default: " + jinja.tojson(jinja.getattribute(variant, "default"))
                         )
-                    # L64: {% if %}
+                    # {% if not loop.last %}
                     if variant_index != len(items) - 1:
                         parts_.append(" | \n")
         elif jinja.getattribute(param_spec, "type") == "string":
-            # L70: {% if %}
+            # {% if param_spec.enum %}
             if jinja.getattribute(param_spec, "enum"):
                 parts_.append('"' + jinja.join(jinja.getattribute(param_spec, "enum"), '" | "') + '"')
             else:
                 parts_.append("string")
-                # L74: {% if %}
+                # {% if param_spec.nullable %}
                 if jinja.getattribute(param_spec, "nullable"):
                     parts_.append(" | null")
         elif jinja.getattribute(param_spec, "type") == "number":
@@ -232,21 +232,21 @@ class GptOssRenderer(GeneratedRenderer):
         elif jinja.getattribute(param_spec, "type") == "boolean":
             parts_.append("boolean")
         elif jinja.getattribute(param_spec, "type") == "object":
-            # L86: {% if %}
+            # {% if param_spec.properties %}
             if jinja.getattribute(param_spec, "properties"):
                 parts_.append("{\n")
-                # L88: {% for %}
+                # {% for prop_name, prop_spec in param_spec.properties.items() %}
                 items_2 = list(jinja.getattribute(param_spec, "properties").items())
                 for index, (prop_name, prop_spec) in enumerate(items_2):
                     parts_.append(str(prop_name))
-                    # L90: {% if %}
+                    # {% if prop_name not in (param_spec.required or []) %}
                     if prop_name not in (jinja.getattribute(param_spec, "required") or []):
                         parts_.append("?")
                     parts_.append(
                         ": \n                "
                         + self.macro_render_typescript_type(prop_spec, jinja.getattribute(param_spec, "required") or [])
                     )
-                    # L95: {% if %}
+                    # {% if not loop.last %}
                     if index != len(items_2) - 1:
                         parts_.append(", ")
                 parts_.append("}")
@@ -260,39 +260,39 @@ class GptOssRenderer(GeneratedRenderer):
     def macro_render_tool_namespace(
         self, namespace_name=jinja.Undefined("namespace_name"), tools=jinja.Undefined("tools")
     ):
-        """The template's macro render_tool_namespace (lines 108-147)."""
+        """The template's macro render_tool_namespace."""
         parts_ = []
         parts_.append("## " + namespace_name + "\n\nnamespace " + namespace_name + " {\n\n")
-        # L111: {% for %}
+        # {% for tool in tools %}
         for tool in tools:
             tool = tool["function"]
             parts_.append("// " + tool["description"] + "\ntype " + tool["name"] + " = ")
-            # L115: {% if %}
+            # {% if tool.parameters and tool.parameters.properties %}
             if tool["parameters"] and tool["parameters"]["properties"]:
                 parts_.append("(_: {\n")
-                # L117: {% for %}
+                # {% for param_name, param_spec in tool.parameters.properties.items() %}
                 items = list(tool["parameters"]["properties"].items())
                 for index, (param_name, param_spec) in enumerate(items):
-                    # L118: {% if %}
+                    # {% if param_spec.description %}
                     if jinja.getattribute(param_spec, "description"):
                         parts_.append("// " + jinja.getattribute(param_spec, "description") + "\n")
                     parts_.append(str(param_name))
-                    # L122: {% if %}
+                    # {% if param_name not in (tool.parameters.required or []) %}
                     if param_name not in (tool["parameters"]["required"] or []):
                         parts_.append("?")
                     parts_.append(
                         ": " + self.macro_render_typescript_type(param_spec, tool["parameters"]["required"] or [])
                     )
-                    # L127: {% if %}
+                    # {% if param_spec.default is defined %}
                     if jinja.is_defined(jinja.getattribute(param_spec, "default")):
-                        # L128: {% if %}
+                        # {% if param_spec.enum %}
                         if jinja.getattribute(param_spec, "enum"):
                             parts_.append(", // default: " + jinja.getattribute(param_spec, "default"))
                         elif jinja.getattribute(param_spec, "oneOf"):
                             parts_.append("// default: " + jinja.getattribute(param_spec, "default"))
                         else:
                             parts_.append(", // default: " + jinja.tojson(jinja.getattribute(param_spec, "default")))
-                    # L136: {% if %}: both branches are the same
+                    # {% if not loop.last %}: both branches are the same
                     parts_.append(",\n")
                 parts_.append("}) => any;\n\n")
             else:
@@ -304,14 +304,14 @@ class GptOssRenderer(GeneratedRenderer):
     def macro_render_builtin_tools(
         self, browser_tool=jinja.Undefined("browser_tool"), python_tool=jinja.Undefined("python_tool")
     ):
-        """The template's macro render_builtin_tools (lines 150-191)."""
+        """The template's macro render_builtin_tools."""
         parts_ = []
-        # L151: {% if %}
+        # {% if browser_tool %}
         if browser_tool:
             parts_.append(
                 "## browser\n\n// Tool for browsing.\n// The `cursor` appears in brackets before each browsing display: `[{cursor}]`.\n// Cite information from the tool using the following format:\n// `【{cursor}†L{line_start}(-L{line_end})?】`, for example: `【6†L9-L11】` or `【8†L3】`.\n// Do not quote more than 10 words directly from the tool output.\n// sources=web (default: web)\nnamespace browser {\n\n// Searches for information related to `query` and displays `topn` results.\ntype search = (_: {\nquery: string,\ntopn?: number, // default: 10\nsource?: string,\n}) => any;\n\n// Opens the link `id` from the page indicated by `cursor` starting at line number `loc`, showing `num_lines` lines.\n// Valid link ids are displayed with the formatting: `【{id}†.*】`.\n// If `cursor` is not provided, the most recent page is implied.\n// If `id` is a string, it is treated as a fully qualified URL associated with `source`.\n// If `loc` is not provided, the viewport will be positioned at the beginning of the document or centered on the most relevant passage, if available.\n// Use this function without `id` to scroll to a new location of an opened page.\ntype open = (_: {\nid?: number | string, // default: -1\ncursor?: number, // default: -1\nloc?: number, // default: -1\nnum_lines?: number, // default: -1\nview_source?: boolean, // default: false\nsource?: string,\n}) => any;\n\n// Finds exact matches of `pattern` in the current page, or the page given by `cursor`.\ntype find = (_: {\npattern: string,\ncursor?: number, // default: -1\n}) => any;\n\n} // namespace browser\n\n"
             )
-        # L188: {% if %}
+        # {% if python_tool %}
         if python_tool:
             parts_.append(
                 "## python\n\nUse this tool to execute Python code in your chain of thought. The code will not be shown to the user. This tool should be used for internal reasoning, but not for code that is intended to be visible to the user (e.g. when creating plots, tables, or files).\n\nWhen you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook environment. python will respond with the output of the execution or time out after 120.0 seconds. The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is UNKNOWN. Depends on the cluster.\n\n"
@@ -319,10 +319,10 @@ class GptOssRenderer(GeneratedRenderer):
         return jinja.concat(parts_)
 
     def render_assistant(self, out, message, message_index, loop_messages, last_tool_call, add_generation_prompt):
-        """The template's assistant branch of the message loop (lines 261-315)."""
-        # L263: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if "content" in message %}
         if "content" in message:
-            # L264: {% if %}
+            # {% if "<|channel|>analysis<|message|>" in message.content or "<|channel|>final<|message|>" in mes...
             if (
                 "<|channel|>analysis<|message|>" in message["content"]
                 or "<|channel|>final<|message|>" in message["content"]
@@ -330,9 +330,9 @@ class GptOssRenderer(GeneratedRenderer):
                 raise jinja.TemplateError(
                     "You have passed a message containing <|channel|> tags in the content field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
                 )
-        # L268: {% if %}
+        # {% if "thinking" in message %}
         if "thinking" in message:
-            # L269: {% if %}
+            # {% if "<|channel|>analysis<|message|>" in message.thinking or "<|channel|>final<|message|>" in me...
             if (
                 "<|channel|>analysis<|message|>" in message["thinking"]
                 or "<|channel|>final<|message|>" in message["thinking"]
@@ -340,19 +340,19 @@ class GptOssRenderer(GeneratedRenderer):
                 raise jinja.TemplateError(
                     "You have passed a message containing <|channel|> tags in the thinking field. Instead of doing this, you should pass analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages (the string between '<|message|>' and '<|end|>') in the 'content' field."
                 )
-        # L273: {% if %}
+        # {% if "tool_calls" in message %}
         if "tool_calls" in message:
             future_final_message = jinja.Namespace(found=False)
-            # L278: {% for %}
+            # {% for future_message in loop_messages[loop.index:] %}
             for future_message in loop_messages[message_index + 1 :]:
-                # L279: {% if %}
+                # {% if future_message.role == 'assistant' and "tool_calls" not in future_message %}
                 if future_message["role"] == "assistant" and "tool_calls" not in future_message:
                     future_final_message.found = True
             tool_call = message["tool_calls"][0]
-            # L286: {% if %}
+            # {% if tool_call.function %}
             if tool_call["function"]:
                 tool_call = tool_call["function"]
-            # L289: {% if %}
+            # {% if message.content and message.thinking %}
             if message["content"] and message["thinking"]:
                 raise jinja.TemplateError(
                     "Cannot pass both content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, but not both."
@@ -378,7 +378,7 @@ class GptOssRenderer(GeneratedRenderer):
             )
             last_tool_call.name = tool_call["name"]
         elif message_index == len(loop_messages) - 1 and not add_generation_prompt:
-            # L305: {% if %}
+            # {% if "thinking" in message %}
             if "thinking" in message:
                 out.append("<|start|>assistant<|channel|>analysis<|message|>")
                 out.append_content(message["thinking"])
@@ -393,8 +393,8 @@ class GptOssRenderer(GeneratedRenderer):
             last_tool_call.name = None
 
     def render_tool(self, out, message, last_tool_call):
-        """The template's tool branch of the message loop (lines 317-322)."""
-        # L318: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if last_tool_call.name is none %}
         if last_tool_call.name is None:
             raise jinja.TemplateError(
                 "Message has tool role, but there was no previous assistant message with a tool call!"
@@ -404,7 +404,7 @@ class GptOssRenderer(GeneratedRenderer):
         out.append("<|end|>")
 
     def render_user(self, out, message):
-        """The template's user branch of the message loop (lines 323-324)."""
+        """The template's user branch of the message loop."""
         out.append("<|start|>user<|message|>")
         out.append_content(message["content"])
         out.append("<|end|>")

@@ -55,26 +55,26 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         conversation_start_date = self.knobs["conversation_start_date"]
         model_identity = self.knobs["model_identity"]
         reasoning_effort = self.knobs["reasoning_effort"]
-        # L13: {% if %}
+        # {% if reasoning_effort is not defined or reasoning_effort is none %}
         if not jinja.is_defined(reasoning_effort) or reasoning_effort is None:
             reasoning_effort = "medium"
-        # L16: {% if %}
+        # {% if reasoning_effort not in ['low', 'medium', 'high'] %}
         if reasoning_effort not in ["low", "medium", "high"]:
             raise jinja.TemplateError("harmony has no reasoning effort " + str(reasoning_effort))
-        # L19: {% if %}
+        # {% if model_identity is not defined or model_identity is none %}
         if not jinja.is_defined(model_identity) or model_identity is None:
             model_identity = "You are ChatGPT, a large language model trained by OpenAI."
-        # L22: {% if %}
+        # {% if model_identity is not string %}
         if not isinstance(model_identity, str):
             raise jinja.TemplateError("model_identity must be a string")
-        # L25: {% if %}
+        # {% if conversation_start_date is not defined or conversation_start_date is none %}
         if not jinja.is_defined(conversation_start_date) or conversation_start_date is None:
             conversation_start_date = jinja.strftime_now("%Y-%m-%d")
-        # L28: {% if %}
+        # {% if conversation_start_date is not string %}
         if not isinstance(conversation_start_date, str):
             raise jinja.TemplateError("conversation_start_date must be a string")
         out.append(
@@ -86,43 +86,43 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             + str(reasoning_effort)
             + "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message."
         )
-        # L98: {% if %}
+        # {% if tools %}
         if tools:
             out.append("\nCalls to these tools must go to the commentary channel: 'functions'.")
         out.append("<|end|>")
         ns = jinja.Namespace(instructions="", start=0, first_final=-1, last_is_final=False, latest_call=None)
-        # L105: {% if %}
+        # {% if messages and (messages[0].role == 'system' or messages[0].role == 'developer') %}
         if messages and (messages[0]["role"] == "system" or messages[0]["role"] == "developer"):
             ns.instructions = self.macro_text(messages[0]["content"])
             ns.start = 1
-        # L109: {% if %}
+        # {% if ns.instructions or tools %}
         if ns.instructions or tools:
             out.append("<|start|>developer<|message|>")
-            # L111: {% if %}
+            # {% if ns.instructions %}
             if ns.instructions:
                 out.append("# Instructions\n\n")
                 out.append_content(str(ns.instructions))
                 out.append("\n\n" if tools else "")
-            # L115: {% if %}
+            # {% if tools %}
             if tools:
                 out.append("# Tools\n\n## functions\n\nnamespace functions {\n\n")
-                # L117: {% for %}
+                # {% for tool in tools %}
                 for tool in tools:
                     function = tool["function"] if jinja.is_defined(tool["function"]) else tool
-                    # L119: {% if %}
+                    # {% if function.description is defined and function.description %}
                     if jinja.is_defined(jinja.getattribute(function, "description")) and jinja.getattribute(
                         function, "description"
                     ):
                         pieces = jinja.getattribute(function, "description").split("\n")
-                        # L123: {% for %}
+                        # {% for piece in pieces %}
                         items = list(pieces)
                         for piece_index, piece in enumerate(items):
-                            # L124: {% if %}
+                            # {% if not loop.last %}
                             if piece_index != len(items) - 1:
                                 out.append("// " + str(piece[:-1] if piece.endswith("\r") else piece) + "\n")
                             elif piece:
                                 out.append("// " + str(piece) + "\n")
-                    # L131: {% if %}
+                    # {% if function.parameters is defined and function.parameters is not none %}
                     if (
                         jinja.is_defined(jinja.getattribute(function, "parameters"))
                         and jinja.getattribute(function, "parameters") is not None
@@ -138,19 +138,19 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                         out.append("type " + str(jinja.getattribute(function, "name")) + " = () => any;\n\n")
                 out.append("} // namespace functions")
             out.append("<|end|>")
-        # L143: {% for %}
+        # {% for message in messages[ns.start:] %}
         for message_index, message in enumerate(messages[ns.start :]):
-            # L144: {% if %}
+            # {% if message.role == 'assistant' %}
             if message["role"] == "assistant":
                 ns.last_is_final = not message["tool_calls"]
-                # L146: {% if %}
+                # {% if not message.tool_calls and ns.first_final < 0 %}
                 if not message["tool_calls"] and ns.first_final < 0:
                     ns.first_final = message_index
-        # L152: {% for %}
+        # {% for message in messages[ns.start:] %}
         items = list(messages[ns.start :])
         for message_index, message in enumerate(items):
             out.mark_message(message)
-            # L153: {% if %} on the message's role
+            # {% if message.role == 'user' %} (the role dispatch)
             if message["role"] == "user":
                 self.render_user(out, message)
             elif message["role"] == "assistant":
@@ -160,36 +160,36 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             else:
                 raise jinja.TemplateError("harmony has no place for a " + str(message["role"]) + " message here")
         out.mark_scaffold()
-        # L205: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|start|>assistant")
 
     @jinja.memoized_macro
     def macro_text(self, content=jinja.Undefined("content")):
-        """The template's macro text (lines 32-38)."""
+        """The template's macro text."""
         parts_ = []
-        # L33: {% if %}
+        # {% if content is string %}
         if isinstance(content, str):
             parts_.append(content)
         elif jinja.is_iterable(content) and not jinja.is_mapping(content):
-            # L36: {% for %}
+            # {% for part in content %}
             for part in content:
-                # L37: {% if %}
+                # {% if part is mapping and part.type == 'text' %}
                 if jinja.is_mapping(part) and part["type"] == "text":
                     parts_.append(str(part["text"] if jinja.is_defined(part["text"]) else ""))
         return jinja.concat(parts_)
 
     @jinja.memoized_macro
     def macro_ts_type(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
-        """The template's macro ts_type (lines 45-75)."""
+        """The template's macro ts_type."""
         parts_ = []
-        # L46: {% if %}
+        # {% if schema.type is defined and schema.type is not string and schema.type is iterable %}
         if (
             jinja.is_defined(jinja.getattribute(schema, "type"))
             and not isinstance(jinja.getattribute(schema, "type"), str)
             and jinja.is_iterable(jinja.getattribute(schema, "type"))
         ):
-            # L47: {% for %}
+            # {% for item in schema.type %}
             for item_index, item in enumerate(jinja.getattribute(schema, "type")):
                 parts_.append((" | " if item_index != 0 else "") + self.macro_ts_type({"type": item}, indent))
         elif (
@@ -197,7 +197,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             and jinja.is_defined(jinja.getattribute(schema, "enum"))
             and jinja.getattribute(schema, "enum")
         ):
-            # L51: {% for %}
+            # {% for value in schema.enum %}
             for value_index, value in enumerate(jinja.getattribute(schema, "enum")):
                 parts_.append((" | " if value_index != 0 else "") + '"' + str(value) + '"')
         elif jinja.getattribute(schema, "type") == "string":
@@ -218,7 +218,7 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
         elif jinja.getattribute(schema, "type") == "array" and not jinja.is_defined(jinja.getitem(schema, "items")):
             parts_.append("Array<any>")
         elif jinja.getattribute(schema, "type") == "object":
-            # L67: {% if %}
+            # {% if schema.description is defined %}
             if jinja.is_defined(jinja.getattribute(schema, "description")):
                 parts_.append(str(indent) + "    // " + str(jinja.getattribute(schema, "description")) + "\n")
             parts_.append("{\n" + self.macro_ts_properties(schema, str(indent) + "    ") + str(indent) + "    }")
@@ -228,20 +228,20 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_ts_properties(self, schema=jinja.Undefined("schema"), indent=jinja.Undefined("indent")):
-        """The template's macro ts_properties (lines 79-90)."""
+        """The template's macro ts_properties."""
         parts_ = []
         required = (
             jinja.getattribute(schema, "required")
             if jinja.is_defined(jinja.getattribute(schema, "required")) and jinja.getattribute(schema, "required")
             else []
         )
-        # L81: {% if %}
+        # {% if schema.properties is defined and schema.properties is mapping %}
         if jinja.is_defined(jinja.getattribute(schema, "properties")) and jinja.is_mapping(
             jinja.getattribute(schema, "properties")
         ):
-            # L82: {% for %}
+            # {% for name, property in schema.properties.items() %}
             for name, property_ in jinja.getattribute(schema, "properties").items():
-                # L83: {% if %}
+                # {% if property.description is defined %}
                 if jinja.is_defined(jinja.getattribute(property_, "description")):
                     parts_.append(str(indent) + "// " + str(jinja.getattribute(property_, "description")) + "\n")
                 parts_.append(
@@ -252,36 +252,36 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
                     + self.macro_ts_type(property_, indent)
                     + ","
                 )
-                # L87: {% if %}
+                # {% if property.default is defined %}
                 if jinja.is_defined(jinja.getattribute(property_, "default")):
                     parts_.append(" // default: " + jinja.tojson(jinja.getattribute(property_, "default")))
                 parts_.append("\n")
         return jinja.concat(parts_)
 
     def render_user(self, out, message):
-        """The template's user branch of the message loop (lines 153-154)."""
+        """The template's user branch of the message loop."""
         out.append("<|start|>user<|message|>")
         out.append_content(self.macro_text(message["content"]))
         out.append("<|end|>")
 
     def render_assistant(self, out, message, message_index, ns, items, add_generation_prompt):
-        """The template's assistant branch of the message loop (lines 155-175)."""
+        """The template's assistant branch of the message loop."""
         reasoning = (
             message["reasoning_content"]
             if jinja.is_defined(message["reasoning_content"]) and isinstance(message["reasoning_content"], str)
             else ""
         )
-        # L157: {% if %}
+        # {% if reasoning and not (ns.last_is_final and loop.index0 <= ns.first_final) %}
         if reasoning and not (ns.last_is_final and message_index <= ns.first_final):
             out.append("<|start|>assistant<|channel|>analysis<|message|>" + str(reasoning) + "<|end|>")
-        # L160: {% if %}
+        # {% if message.tool_calls %}
         if message["tool_calls"]:
-            # L161: {% if %}
+            # {% if text(message.content) %}
             if self.macro_text(message["content"]):
                 out.append("<|start|>assistant<|channel|>commentary<|message|>")
                 out.append_content(self.macro_text(message["content"]))
                 out.append("<|end|>")
-            # L165: {% for %}
+            # {% for tool_call in message.tool_calls %}
             for tool_call in message["tool_calls"]:
                 call = tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call
                 out.append(
@@ -302,27 +302,27 @@ class GptOssHarmonyRenderer(GeneratedRenderer):
             out.append("<|return|>" if message_index == len(items) - 1 and not add_generation_prompt else "<|end|>")
 
     def render_tool(self, out, message, message_index, ns, messages):
-        """The template's tool branch of the message loop (lines 177-200)."""
+        """The template's tool branch of the message loop."""
         answer = jinja.Namespace(name=ns.latest_call, by_id="")
-        # L181: {% if %}
+        # {% if message.tool_call_id is defined %}
         if jinja.is_defined(message["tool_call_id"]):
-            # L182: {% for %}
+            # {% for earlier in messages[ns.start:][:loop.index0] %}
             for earlier in messages[ns.start :][:message_index]:
-                # L183: {% if %}
+                # {% if earlier.role == 'assistant' and earlier.tool_calls %}
                 if earlier["role"] == "assistant" and earlier["tool_calls"]:
-                    # L184: {% for %}
+                    # {% for tool_call in earlier.tool_calls %}
                     for tool_call in earlier["tool_calls"]:
-                        # L185: {% if %}
+                        # {% if tool_call.id is defined and tool_call.id == message.tool_call_id %}
                         if jinja.is_defined(tool_call["id"]) and tool_call["id"] == message["tool_call_id"]:
                             answer.by_id = jinja.getattribute(
                                 tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call, "name"
                             )
-        # L192: {% if %}
+        # {% if message.name is defined and message.name %}
         if jinja.is_defined(message["name"]) and message["name"]:
             answer.name = message["name"]
         elif answer.by_id:
             answer.name = answer.by_id
-        # L197: {% if %}
+        # {% if answer.name is none %}
         if answer.name is None:
             raise jinja.TemplateError("a tool result answers no tool call")
         out.append("<|start|>functions." + str(answer.name) + " to=assistant<|channel|>commentary<|message|>")

@@ -47,69 +47,69 @@ class KimiK2Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
-        # L1: {% if %}
+        """The chat template, statement by statement, each comment quoting the statement."""
+        # {% if tools %}
         if tools:
             out.append("<|im_system|>tool_declare<|im_middle|>" + jinja.tojson(tools) + "<|im_end|>")
-        # L4: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, leading=1):
             out.mark_message(message)
-            # L5: {% if %}
+            # {% if loop.first and messages[0]['role'] != 'system' %}
             if message_index == 0 and messages[0]["role"] != "system":
                 out.append("<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>")
-            # L8: {% if %} on the message's role
+            # {% if message['role'] == 'system' %} (the role dispatch)
             if message["role"] == "system":
-                self.render_system(out)
+                self.render_system_header(out)
             elif message["role"] == "user":
-                self.render_user(out)
+                self.render_user_header(out)
             elif message["role"] == "assistant":
-                self.render_assistant(out)
+                self.render_assistant_header(out)
             elif message["role"] == "tool":
-                self.render_tool(out)
-            # L17: {% if %} on the message's role
+                self.render_tool_header(out)
+            # {% if message['role'] == 'assistant' and message.get('tool_calls') %} (the role dispatch)
             if message["role"] == "assistant" and message.get("tool_calls"):
-                self.render_assistant_2(out, message)
+                self.render_assistant_with_tool_calls(out, message)
             elif message["role"] == "tool":
-                self.render_tool_2(out, message)
+                self.render_tool(out, message)
             elif isinstance(message["content"], str):
                 out.append_content(str(message["content"]))
             elif message["content"] is not None:
-                # L31: {% for %}
+                # {% for content in message['content'] %}
                 for content in message["content"]:
-                    # L32: {% if %}
+                    # {% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}
                     if content["type"] == "image" or "image" in content or "image_url" in content:
                         out.append("<|media_start|>image<|media_content|><|media_pad|><|media_end|>\n")
                     else:
                         out.append(str(content["text"]))
             out.append("<|im_end|>")
         out.mark_scaffold()
-        # L41: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|im_assistant|>assistant<|im_middle|>")
 
-    def render_system(self, out):
-        """The template's system branch of the message loop (lines 8-9)."""
+    def render_system_header(self, out):
+        """The template's system branch of the message loop."""
         out.append("<|im_system|>system<|im_middle|>")
 
-    def render_user(self, out):
-        """The template's user branch of the message loop (lines 10-11)."""
+    def render_user_header(self, out):
+        """The template's user branch of the message loop."""
         out.append("<|im_user|>user<|im_middle|>")
 
-    def render_assistant(self, out):
-        """The template's assistant branch of the message loop (lines 12-13)."""
+    def render_assistant_header(self, out):
+        """The template's assistant branch of the message loop."""
         out.append("<|im_assistant|>assistant<|im_middle|>")
 
-    def render_tool(self, out):
-        """The template's tool branch of the message loop (lines 14-15)."""
+    def render_tool_header(self, out):
+        """The template's tool branch of the message loop."""
         out.append("<|im_system|>tool<|im_middle|>")
 
-    def render_assistant_2(self, out, message):
-        """The template's assistant branch of the message loop (lines 17-25)."""
-        # L18: {% if %}
+    def render_assistant_with_tool_calls(self, out, message):
+        """The template's assistant branch of the message loop."""
+        # {% if message['content'] %}
         if message["content"]:
             out.append_content(str(message["content"]))
         out.append("<|tool_calls_section_begin|>")
-        # L20: {% for %}
+        # {% for tool_call in message['tool_calls'] %}
         for tool_call_index, tool_call in enumerate(message["tool_calls"]):
             func_name = tool_call["function"]["name"]
             formatted_id = "functions." + func_name + ":" + str(tool_call_index)
@@ -118,7 +118,7 @@ class KimiK2Renderer(GeneratedRenderer):
             out.append("<|tool_call_end|>")
         out.append("<|tool_calls_section_end|>")
 
-    def render_tool_2(self, out, message):
-        """The template's tool branch of the message loop (lines 26-27)."""
+    def render_tool(self, out, message):
+        """The template's tool branch of the message loop."""
         out.append("## Return of " + str(message["tool_call_id"]) + "\\n")
         out.append_content(str(message["content"]))

@@ -42,29 +42,29 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         ns = jinja.Namespace(last_non_tool_call_assistant_msg=-1)
-        # L40: {% for %}
+        # {% for idx in range(messages|length-1, -1, -1) %}
         for idx in jinja.safe_range(len(messages) - 1, -1, -1):
-            # L41: {% if %}
+            # {% if messages[idx]['role'] == 'assistant' and not messages[idx].get('tool_calls') %}
             if messages[idx]["role"] == "assistant" and not messages[idx].get("tool_calls"):
                 ns.last_non_tool_call_assistant_msg = idx
                 break
         hist_msgs = messages[: ns.last_non_tool_call_assistant_msg + 1]
         suffix_msgs = messages[ns.last_non_tool_call_assistant_msg + 1 :]
-        # L51: {% if %}
+        # {% if tools %}
         if tools:
             out.append("<|im_system|>tool_declare<|im_middle|>" + jinja.tojson(tools) + "<|im_end|>")
-        # L55: {% if %}
+        # {% if messages|length == 0 or messages[0]['role'] != 'system' %}
         if len(messages) == 0 or messages[0]["role"] != "system":
             out.append(
                 "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
             )
-        # L59: {% for %}
+        # {% for message in hist_msgs %}
         for message in hist_msgs:
             out.mark_message(message)
             out.append(self.macro_set_roles(message))
-            # L61: {% if %} on the message's role
+            # {% if message['role'] == 'assistant' %} (the role dispatch)
             if message["role"] == "assistant":
                 self.render_assistant(out, message)
             elif message["role"] == "tool":
@@ -73,35 +73,35 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
                 out.append(self.macro_render_content(message))
             out.append("<|im_end|>")
         out.mark_scaffold()
-        # L76: {% for %}
+        # {% for message in suffix_msgs %}
         for message_2_index, message_2 in out.message_loop(suffix_msgs):
             out.mark_message(message_2)
             out.append(self.macro_set_roles(message_2))
-            # L78: {% if %} on the message's role
+            # {% if message['role'] == 'assistant' %} (the role dispatch)
             if message_2["role"] == "assistant":
-                self.render_assistant_2(out, message_2)
+                self.render_assistant_in_suffix_msgs(out, message_2)
             elif message_2["role"] == "tool":
-                self.render_tool_2(out, message_2)
+                self.render_tool_in_suffix_msgs(out, message_2)
             elif message_2["content"] is not None:
                 out.append(self.macro_render_content(message_2))
             out.append("<|im_end|>")
         out.mark_scaffold()
-        # L95: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|im_assistant|>assistant<|im_middle|>")
 
     @jinja.memoized_macro
     def macro_render_content(self, msg=jinja.Undefined("msg")):
-        """The template's macro render_content (lines 1-10)."""
+        """The template's macro render_content."""
         parts_ = []
         c = msg.get("content")
-        # L3: {% if %}
+        # {% if c is string %}
         if isinstance(c, str):
             parts_.append(c)
         elif c is not None:
-            # L6: {% for %}
+            # {% for content in c %}
             for content in c:
-                # L7: {% if %}
+                # {% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}
                 if jinja.getitem(content, "type") == "image" or "image" in content or "image_url" in content:
                     parts_.append("<|media_start|>image<|media_content|><|media_pad|><|media_end|>\n")
                 else:
@@ -110,10 +110,10 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_set_roles(self, message=jinja.Undefined("message")):
-        """The template's macro set_roles (lines 16-23)."""
+        """The template's macro set_roles."""
         parts_ = []
         role_name = message.get("name") or message["role"]
-        # L18: {% if %}
+        # {% if message['role'] == 'user' %}
         if message["role"] == "user":
             parts_.append("<|im_user|>" + str(role_name) + "<|im_middle|>")
         elif message["role"] == "assistant":
@@ -124,14 +124,14 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_render_toolcalls(self, message=jinja.Undefined("message")):
-        """The template's macro render_toolcalls (lines 28-34)."""
+        """The template's macro render_toolcalls."""
         parts_ = []
         parts_.append("<|tool_calls_section_begin|>")
-        # L30: {% for %}
+        # {% for tool_call in message['tool_calls'] %}
         for tool_call in message["tool_calls"]:
             formatted_id = tool_call["id"]
             parts_.append("<|tool_call_begin|>" + str(formatted_id) + "<|tool_call_argument_begin|>")
-            # L32: {% if %}
+            # {% if tool_call['function']['arguments'] is string %}
             if isinstance(tool_call["function"]["arguments"], str):
                 parts_.append(str(tool_call["function"]["arguments"]))
             else:
@@ -141,27 +141,27 @@ class KimiK2ThinkingRenderer(GeneratedRenderer):
         return jinja.concat(parts_)
 
     def render_assistant(self, out, message):
-        """The template's assistant branch of the message loop (lines 61-64)."""
+        """The template's assistant branch of the message loop."""
         out.append("<think></think>" + self.macro_render_content(message))
-        # L63: {% if %}
+        # {% if message.get('tool_calls') %}
         if message.get("tool_calls"):
             out.append(self.macro_render_toolcalls(message))
 
     def render_tool(self, out, message):
-        """The template's tool branch of the message loop (lines 66-69)."""
+        """The template's tool branch of the message loop."""
         tool_call_id = message["tool_call_id"]
         out.append("## Return of " + str(tool_call_id) + "\n" + self.macro_render_content(message))
 
-    def render_assistant_2(self, out, message_2):
-        """The template's assistant branch of the message loop (lines 78-82)."""
+    def render_assistant_in_suffix_msgs(self, out, message_2):
+        """The template's assistant branch of the message loop."""
         rc = message_2.get("reasoning_content", "")
         out.append("<think>" + str(rc) + "</think>" + self.macro_render_content(message_2))
-        # L81: {% if %}
+        # {% if message.get('tool_calls') %}
         if message_2.get("tool_calls"):
             out.append(self.macro_render_toolcalls(message_2))
 
-    def render_tool_2(self, out, message_2):
-        """The template's tool branch of the message loop (lines 84-87)."""
+    def render_tool_in_suffix_msgs(self, out, message_2):
+        """The template's tool branch of the message loop."""
         # Jinja scoping: 'tool_call_id' set here is local to this loop or macro, hence 'tool_call_id_2'
         tool_call_id_2 = message_2["tool_call_id"]
         out.append("## Return of " + str(tool_call_id_2) + "\n" + self.macro_render_content(message_2))

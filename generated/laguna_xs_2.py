@@ -49,7 +49,7 @@ class LagunaXs2Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
         render_assistant_messages_raw = self.knobs["render_assistant_messages_raw"]
         out.append("〈|EOS|〉")
@@ -57,26 +57,26 @@ class LagunaXs2Renderer(GeneratedRenderer):
         render_assistant_messages_raw = jinja.default(render_assistant_messages_raw, False)
         add_generation_prompt = jinja.default(add_generation_prompt, False)
         system_message = "You are a helpful, conversationally-fluent assistant made by Poolside. You are here to be helpful to users through natural language conversations."
-        # L10: {% if %}
+        # {% if messages and messages[0].role == "system" %}
         if messages and messages[0]["role"] == "system":
             system_message = messages[0]["content"]
-        # L14: {% if %}
+        # {% if (system_message and system_message.strip()) or tools %}
         if (system_message and system_message.strip()) or tools:
             out.append("<system>\n")
-            # L17: {% if %}
+            # {% if system_message and system_message.strip() %}
             if system_message and system_message.strip():
                 out.append("\n")
                 out.append_content(str(system_message.rstrip()))
-            # L22: {% if %}
+            # {% if tools %}
             if tools:
                 out.append("\n\n### Tools\n\n")
                 ns = jinja.Namespace(
                     tool_string="You may call functions to assist with the user query.\nAll available function signatures are listed below:\n<available_tools>\n"
                 )
-                # L27: {% for %}
+                # {% for tool in tools %}
                 for tool in tools:
                     ns.tool_string = str(ns.tool_string) + jinja.tojson(tool) + "\n"
-                # L30: {% if %}
+                # {% if enable_thinking %}
                 if enable_thinking:
                     tool_string = (
                         ns.tool_string
@@ -89,13 +89,13 @@ class LagunaXs2Renderer(GeneratedRenderer):
                     )
                 out.append(str(tool_string))
             out.append("\n</system>\n")
-        # L50: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(
             messages, state=(render_assistant_messages_raw, enable_thinking)
         ):
             out.mark_message(message)
             content = message["content"] if isinstance(message["content"], str) else ""
-            # L52: {% if %} on the message's role
+            # {% if message.role == "user" %} (the role dispatch)
             if message["role"] == "user":
                 self.render_user(out, content)
             elif message["role"] == "assistant":
@@ -103,76 +103,76 @@ class LagunaXs2Renderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, content)
             elif message["role"] == "system" and message_index != 0:
-                self.render_system(out, content)
+                self.render_system_not_first(out, content)
         out.mark_scaffold()
-        # L124: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<assistant>\n")
-            # L127: {% if %}
+            # {% if not enable_thinking %}
             if not enable_thinking:
                 out.append("</think>")
             else:
                 out.append("<think>")
 
     def render_user(self, out, content):
-        """The template's user branch of the message loop (lines 52-53)."""
+        """The template's user branch of the message loop."""
         out.append("<user>\n" + content + "\n</user>\n")
 
     def render_assistant(self, out, message, content, render_assistant_messages_raw, enable_thinking):
-        """The template's assistant branch of the message loop (lines 54-113)."""
-        # L55: {% generation %}: the assistant's sampled tokens
+        """The template's assistant branch of the message loop."""
+        # {% generation %}: the assistant's sampled tokens
         # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
         content_2 = content
         out.append("<assistant>\n")
-        # L57: {% if %}
+        # {% if render_assistant_messages_raw %}
         if render_assistant_messages_raw:
-            # L61: {% if %}
+            # {% if enable_thinking %}
             if enable_thinking:
-                # L62: {% if %}
+                # {% if not content.startswith('<think>') %}
                 if not content_2.startswith("<think>"):
                     out.append("<think>")
             else:
-                # L66: {% if %}
+                # {% if not content.startswith('</think>') %}
                 if not content_2.startswith("</think>"):
                     out.append("</think>")
             out.append(str(content_2))
-            # L72: {% if %}
+            # {% if not content.endswith('</assistant>\n') and not content.endswith('</assistant>') %}
             if not content_2.endswith("</assistant>\n") and not content_2.endswith("</assistant>"):
                 out.append("\n</assistant>")
             out.append("\n")
         else:
             reasoning_content = ""
-            # L79: {% if %}
+            # {% if message.reasoning is string %}
             if isinstance(message["reasoning"], str):
                 reasoning_content = message["reasoning"]
             elif isinstance(message["reasoning_content"], str):
                 reasoning_content = message["reasoning_content"]
-            # L85: {% if %}
+            # {% if '</think>' in content %}
             if "</think>" in content_2:
-                # L86: {% if %}
+                # {% if not reasoning_content %}
                 if not reasoning_content:
                     reasoning_content = content_2.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 content_2 = content_2.split("</think>")[-1].lstrip("\n")
-            # L92: {% if %}
+            # {% if reasoning_content %}
             if reasoning_content:
                 out.append("<think>\n")
                 out.append_content(reasoning_content.strip())
                 out.append("\n</think>\n")
             else:
                 out.append("</think>\n")
-            # L98: {% if %}
+            # {% if content.strip() %}
             if content_2.strip():
                 out.append(str(content_2.strip()) + "\n")
-            # L101: {% if %}
+            # {% if message.tool_calls %}
             if message["tool_calls"]:
-                # L102: {% for %}
+                # {% for tool_call in message.tool_calls %}
                 for tool_call in message["tool_calls"]:
                     function_data = tool_call["function"]
                     out.append("<tool_call>")
                     out.append_content(function_data["name"])
                     out.append("\n")
                     _args = function_data["arguments"]
-                    # L106: {% for %}
+                    # {% for k, v in _args.items() %}
                     for k, v in _args.items():
                         out.append(
                             "<arg_key>"
@@ -185,9 +185,9 @@ class LagunaXs2Renderer(GeneratedRenderer):
             out.append("</assistant>\n")
 
     def render_tool(self, out, content):
-        """The template's tool branch of the message loop (lines 116-117)."""
+        """The template's tool branch of the message loop."""
         out.append("<tool_response>\n" + content + "\n</tool_response>\n")
 
-    def render_system(self, out, content):
-        """The template's system branch of the message loop (lines 118-120)."""
+    def render_system_not_first(self, out, content):
+        """The template's system branch of the message loop."""
         out.append("<system>\n" + content + "\n</system>\n")

@@ -43,54 +43,54 @@ class Llama31Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         builtin_tools = self.knobs["builtin_tools"]
         custom_tools = self.knobs["custom_tools"]
         date_string = self.knobs["date_string"]
         tools_in_user_message = self.knobs["tools_in_user_message"]
         first_user_message = jinja.Undefined("first_user_message")
         out.append(BOS_TOKEN)
-        # L2: {% if %}
+        # {% if custom_tools is defined %}
         if jinja.is_defined(custom_tools):
             tools = custom_tools
-        # L5: {% if %}
+        # {% if not tools_in_user_message is defined %}
         if not jinja.is_defined(tools_in_user_message):
             tools_in_user_message = True
-        # L8: {% if %}
+        # {% if not date_string is defined %}
         if not jinja.is_defined(date_string):
             date_string = "26 Jul 2024"
-        # L11: {% if %}
+        # {% if not tools is defined %}
         if not jinja.is_defined(tools):
             tools = None
-        # L16: {% if %}
+        # {% if messages[0]['role'] == 'system' %}
         if messages[0]["role"] == "system":
             system_message = jinja.trim(messages[0]["content"])
             messages = messages[1:]
         else:
             system_message = ""
         out.append("<|start_header_id|>system<|end_header_id|>\n\n")
-        # L25: {% if %}
+        # {% if builtin_tools is defined or tools is not none %}
         if jinja.is_defined(builtin_tools) or tools is not None:
             out.append("Environment: ipython\n")
-        # L28: {% if %}
+        # {% if builtin_tools is defined %}
         if jinja.is_defined(builtin_tools):
             out.append(
                 "Tools: " + jinja.join(jinja.reject(builtin_tools, "equalto", "code_interpreter"), ", ") + "\n\n"
             )
         out.append("Cutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n")
-        # L33: {% if %}
+        # {% if tools is not none and not tools_in_user_message %}
         if tools is not None and not tools_in_user_message:
             out.append(
                 'You have access to the following functions. To call a function, please respond with JSON for a function call.Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )
-            # L37: {% for %}
+            # {% for t in tools %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
         out.append_content(str(system_message))
         out.append("<|eot_id|>")
-        # L46: {% if %}
+        # {% if tools_in_user_message and not tools is none %}
         if tools_in_user_message and tools is not None:
-            # L48: {% if %}
+            # {% if messages | length != 0 %}
             if len(messages) != 0:
                 first_user_message = jinja.trim(messages[0]["content"])
                 messages = messages[1:]
@@ -101,15 +101,15 @@ class Llama31Renderer(GeneratedRenderer):
             out.append(
                 '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )
-            # L59: {% for %}
+            # {% for t in tools %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
             out.append_content(first_user_message)
             out.append("<|eot_id|>")
-        # L66: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(builtin_tools,)):
             out.mark_message(message)
-            # L67: {% if %} on the message's role
+            # {% if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %} (the role dispatch)
             if not (message["role"] == "ipython" or message["role"] == "tool" or "tool_calls" in message):
                 self.render_other(out, message)
             elif "tool_calls" in message:
@@ -117,30 +117,30 @@ class Llama31Renderer(GeneratedRenderer):
             elif message["role"] == "tool" or message["role"] == "ipython":
                 self.render_tool_or_ipython(out, message)
         out.mark_scaffold()
-        # L107: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
     def render_other(self, out, message):
-        """The template's other branch of the message loop (lines 67-68)."""
+        """The template's other branch of the message loop."""
         out.append("<|start_header_id|>" + message["role"] + "<|end_header_id|>\n\n")
         out.append_content(jinja.trim(message["content"]))
         out.append("<|eot_id|>")
 
     def render_tool_calls(self, out, message, builtin_tools):
-        """The template's tool_calls branch of the message loop (lines 69-95)."""
-        # L70: {% if %}
+        """The template's tool_calls branch of the message loop."""
+        # {% if not message.tool_calls|length == 1 %}
         if len(message["tool_calls"]) != 1:
             raise jinja.TemplateError("This model only supports single tool-calls at once!")
         tool_call = message["tool_calls"][0]["function"]
-        # L74: {% if %}
+        # {% if builtin_tools is defined and tool_call.name in builtin_tools %}
         if jinja.is_defined(builtin_tools) and tool_call["name"] in builtin_tools:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n<|python_tag|>" + tool_call["name"] + ".call(")
-            # L77: {% for %}
+            # {% for arg_name, arg_val in tool_call.arguments | items %}
             items = list(jinja.items(tool_call["arguments"]))
             for index, (arg_name, arg_val) in enumerate(items):
                 out.append(arg_name + '="' + arg_val + '"')
-                # L79: {% if %}
+                # {% if not loop.last %}
                 if index != len(items) - 1:
                     out.append(", ")
             out.append(")")
@@ -152,16 +152,16 @@ class Llama31Renderer(GeneratedRenderer):
                 + jinja.tojson(tool_call["arguments"])
                 + "}"
             )
-        # L91: {% if %}
+        # {% if builtin_tools is defined %}
         if jinja.is_defined(builtin_tools):
             out.append("<|eom_id|>")
         else:
             out.append("<|eot_id|>")
 
     def render_tool_or_ipython(self, out, message):
-        """The template's tool / ipython branch of the message loop (lines 97-104)."""
+        """The template's tool / ipython branch of the message loop."""
         out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
-        # L99: {% if %}
+        # {% if message.content is mapping or message.content is iterable %}
         if jinja.is_mapping(message["content"]) or jinja.is_iterable(message["content"]):
             out.append_content(jinja.tojson(message["content"]))
         else:

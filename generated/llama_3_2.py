@@ -43,49 +43,49 @@ class Llama32Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         custom_tools = self.knobs["custom_tools"]
         date_string = self.knobs["date_string"]
         tools_in_user_message = self.knobs["tools_in_user_message"]
         first_user_message = jinja.Undefined("first_user_message")
         out.append(BOS_TOKEN)
-        # L2: {% if %}
+        # {% if custom_tools is defined %}
         if jinja.is_defined(custom_tools):
             tools = custom_tools
-        # L5: {% if %}
+        # {% if not tools_in_user_message is defined %}
         if not jinja.is_defined(tools_in_user_message):
             tools_in_user_message = True
-        # L8: {% if %}
+        # {% if not date_string is defined %}
         if not jinja.is_defined(date_string):
-            # L9: {% if %}: always true
+            # {% if strftime_now is defined %}: always true
             date_string = jinja.strftime_now("%d %b %Y")
-        # L15: {% if %}
+        # {% if not tools is defined %}
         if not jinja.is_defined(tools):
             tools = None
-        # L20: {% if %}
+        # {% if messages[0]['role'] == 'system' %}
         if messages[0]["role"] == "system":
             system_message = jinja.trim(messages[0]["content"])
             messages = messages[1:]
         else:
             system_message = ""
         out.append("<|start_header_id|>system<|end_header_id|>\n\n")
-        # L29: {% if %}
+        # {% if tools is not none %}
         if tools is not None:
             out.append("Environment: ipython\n")
         out.append("Cutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n")
-        # L34: {% if %}
+        # {% if tools is not none and not tools_in_user_message %}
         if tools is not None and not tools_in_user_message:
             out.append(
                 'You have access to the following functions. To call a function, please respond with JSON for a function call.Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )
-            # L38: {% for %}
+            # {% for t in tools %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
         out.append_content(str(system_message))
         out.append("<|eot_id|>")
-        # L47: {% if %}
+        # {% if tools_in_user_message and not tools is none %}
         if tools_in_user_message and tools is not None:
-            # L49: {% if %}
+            # {% if messages | length != 0 %}
             if len(messages) != 0:
                 first_user_message = jinja.trim(messages[0]["content"])
                 messages = messages[1:]
@@ -96,15 +96,15 @@ class Llama32Renderer(GeneratedRenderer):
             out.append(
                 '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
             )
-            # L60: {% for %}
+            # {% for t in tools %}
             for t in tools:
                 out.append(jinja.tojson(t, indent=4) + "\n\n")
             out.append_content(first_user_message)
             out.append("<|eot_id|>")
-        # L67: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages):
             out.mark_message(message)
-            # L68: {% if %} on the message's role
+            # {% if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %} (the role dispatch)
             if not (message["role"] == "ipython" or message["role"] == "tool" or "tool_calls" in message):
                 self.render_other(out, message)
             elif "tool_calls" in message:
@@ -112,19 +112,19 @@ class Llama32Renderer(GeneratedRenderer):
             elif message["role"] == "tool" or message["role"] == "ipython":
                 self.render_tool_or_ipython(out, message)
         out.mark_scaffold()
-        # L91: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
     def render_other(self, out, message):
-        """The template's other branch of the message loop (lines 68-69)."""
+        """The template's other branch of the message loop."""
         out.append("<|start_header_id|>" + message["role"] + "<|end_header_id|>\n\n")
         out.append_content(jinja.trim(message["content"]))
         out.append("<|eot_id|>")
 
     def render_tool_calls(self, out, message):
-        """The template's tool_calls branch of the message loop (lines 70-80)."""
-        # L71: {% if %}
+        """The template's tool_calls branch of the message loop."""
+        # {% if not message.tool_calls|length == 1 %}
         if len(message["tool_calls"]) != 1:
             raise jinja.TemplateError("This model only supports single tool-calls at once!")
         tool_call = message["tool_calls"][0]["function"]
@@ -137,9 +137,9 @@ class Llama32Renderer(GeneratedRenderer):
         )
 
     def render_tool_or_ipython(self, out, message):
-        """The template's tool / ipython branch of the message loop (lines 81-88)."""
+        """The template's tool / ipython branch of the message loop."""
         out.append("<|start_header_id|>ipython<|end_header_id|>\n\n")
-        # L83: {% if %}
+        # {% if message.content is mapping or message.content is iterable %}
         if jinja.is_mapping(message["content"]) or jinja.is_iterable(message["content"]):
             out.append_content(jinja.tojson(message["content"]))
         else:

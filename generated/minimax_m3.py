@@ -50,26 +50,26 @@ class MinimaxM3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         thinking_mode = self.knobs["thinking_mode"]
         NS = "]<]minimax[>["
         default_identity = "Your model version is MiniMax-M3, developed by MiniMax. Knowledge cutoff: January 2026. Founded in early 2022, MiniMax is a global AI foundation model company committed to advancing the frontiers of AI towards AGI."
         default_developer = "You are a helpful assistant."
-        # L11: {% if %}
+        # {% if thinking_mode is not defined or thinking_mode is none %}
         if not jinja.is_defined(thinking_mode) or thinking_mode is None:
             thinking_mode = "adaptive"
-        # L14: {% if %}
+        # {% if thinking_mode not in ['adaptive', 'enabled', 'disabled'] %}
         if thinking_mode not in ["adaptive", "enabled", "disabled"]:
             raise jinja.TemplateError("Unsupported MiniMax M3 thinking mode: " + str(thinking_mode))
 
-        # L41: {% macro xml_value %}
+        # {% macro xml_value(value) %}
         def macro_xml_value(value=jinja.Undefined("value")):
             parts_ = []
-            # L42: {% if %}
+            # {% if value is mapping %}
             if jinja.is_mapping(value):
-                # L43: {% for %}
+                # {% for key, item in value.items() %}
                 for key, item in value.items():
-                    # L44: {% if %}
+                    # {% if item is not none %}
                     if item is not None:
                         parts_.append(
                             str(NS) + "<" + str(key) + ">" + macro_xml_value(item) + str(NS) + "</" + str(key) + ">"
@@ -77,7 +77,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
             elif isinstance(value, str):
                 parts_.append(value)
             elif jinja.is_iterable(value):
-                # L51: {% for %}
+                # {% for item in value %}
                 for item in value:
                     parts_.append(str(NS) + "<item>" + macro_xml_value(item) + str(NS) + "</item>")
             elif jinja.is_boolean(value):
@@ -87,21 +87,21 @@ class MinimaxM3Renderer(GeneratedRenderer):
             return jinja.concat(parts_)
 
         ns = jinja.Namespace(identity=default_identity, developer="", root=False)
-        # L65: {% if %}
+        # {% if messages and messages[0].role == 'root' %}
         if messages and messages[0]["role"] == "root":
             ns.root = True
             root_text = self.macro_visible_text(messages[0]["content"])
-            # L68: {% if %}
+            # {% if root_text %}
             if root_text:
                 ns.identity = root_text
         slot = 1 if ns.root else 0
-        # L73: {% if %}
+        # {% if messages | length > slot %}
         if len(messages) > slot:
             lead = messages[slot]
-            # L75: {% if %}
+            # {% if lead.role == 'system' or (lead.role == 'developer' and (ns.root or not tools)) %}
             if lead["role"] == "system" or (lead["role"] == "developer" and (ns.root or not tools)):
                 ns.developer = self.macro_visible_text(lead["content"])
-        # L79: {% if %}
+        # {% if not ns.developer %}
         if not ns.developer:
             ns.developer = default_developer
         out.append("]~!b[]~b]system\n")
@@ -109,7 +109,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
         out.append(
             "\n\n<thinking_instructions>\nYou have a thinking capability that allows you to reason step by step before responding. When thinking is enabled, wrap your reasoning in <mm:think></mm:think> tags before your response. When thinking is disabled, begin your response directly after the </mm:think> prefix. When thinking is adaptive, decide on your own whether to think for the current turn.\n"
         )
-        # L85: {% if %}
+        # {% if thinking_mode == 'enabled' %}
         if thinking_mode == "enabled":
             out.append(
                 "Current thinking mode: enabled. You MUST think step by step before every response, including after receiving function/tool results.\n"
@@ -122,12 +122,12 @@ class MinimaxM3Renderer(GeneratedRenderer):
             )
         out.append("</thinking_instructions>[e~[\n]~b]developer\n")
         out.append_content(str(ns.developer))
-        # L95: {% if %}
+        # {% if tools %}
         if tools:
             out.append(
                 "\n\n# Tools\nYou may call one or more tools to assist with the user query.\nHere are the tools available in JSONSchema format:\n\n<tools>\n"
             )
-            # L97: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
                 out.append(
                     "<tool>"
@@ -179,16 +179,16 @@ class MinimaxM3Renderer(GeneratedRenderer):
             )
         out.append("[e~[\n")
         turn = jinja.Namespace(in_tool=False)
-        # L108: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(turn, NS)):
             out.mark_message(message)
-            # L109: {% if %}
+            # {% if message.role in ['user', 'assistant', 'tool'] %}
             if message["role"] in ["user", "assistant", "tool"]:
-                # L110: {% if %}
+                # {% if turn.in_tool and message.role != 'tool' %}
                 if turn.in_tool and message["role"] != "tool":
                     out.append("[e~[\n")
                     turn.in_tool = False
-                # L114: {% if %}
+                # {% if message.role == 'user' %}
                 if message["role"] == "user":
                     out.append("]~b]user\n")
                     out.append_content(self.macro_visible_text(message["content"]))
@@ -196,7 +196,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
                 elif message["role"] == "assistant":
                     content = self.macro_visible_text(message["content"])
                     parts_ = jinja.Namespace(reasoning="", visible=content)
-                    # L119: {% if %}
+                    # {% if message.reasoning_content is string and message.reasoning_content %}
                     if isinstance(message["reasoning_content"], str) and message["reasoning_content"]:
                         parts_.reasoning = message["reasoning_content"]
                     elif "</mm:think>" in content:
@@ -206,7 +206,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
                         parts_.reasoning = content.split("</think>", 1)[0].split("<think>")[-1].strip("\n")
                         parts_.visible = jinja.getitem(content.split("</think>", 1), 1).strip("\n")
                     out.append("]~b]ai\n")
-                    # L130: {% if %}
+                    # {% if parts.reasoning %}
                     if parts_.reasoning:
                         out.append("<mm:think>")
                         out.append_content(str(parts_.reasoning))
@@ -214,13 +214,13 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     else:
                         out.append("</mm:think>")
                     out.append_content(str(parts_.visible))
-                    # L136: {% if %}
+                    # {% if message.tool_calls %}
                     if message["tool_calls"]:
                         out.append(str(NS) + "<tool_call>\n")
-                        # L138: {% for %}
+                        # {% for tool_call in message.tool_calls %}
                         for tool_call in message["tool_calls"]:
                             call = tool_call["function"] if jinja.is_defined(tool_call["function"]) else tool_call
-                            # L140: {% if %}
+                            # {% if call.arguments is not mapping %}
                             if not jinja.is_mapping(jinja.getattribute(call, "arguments")):
                                 raise jinja.TemplateError("MiniMax M3 tool arguments must be a JSON object.")
                             out.append(
@@ -235,7 +235,7 @@ class MinimaxM3Renderer(GeneratedRenderer):
                         out.append(str(NS) + "</tool_call>")
                     out.append("[e~[\n")
                 else:
-                    # L150: {% if %}
+                    # {% if not turn.in_tool %}
                     if not turn.in_tool:
                         out.append("]~b]tool")
                         turn.in_tool = True
@@ -243,13 +243,13 @@ class MinimaxM3Renderer(GeneratedRenderer):
                     out.append_content(self.macro_visible_text(message["content"]))
                     out.append("</response>")
         out.mark_scaffold()
-        # L158: {% if %}
+        # {% if turn.in_tool %}
         if turn.in_tool:
             out.append("[e~[\n")
-        # L161: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("]~b]ai\n")
-            # L163: {% if %}
+            # {% if thinking_mode == 'enabled' %}
             if thinking_mode == "enabled":
                 out.append("<mm:think>")
             elif thinking_mode == "disabled":
@@ -257,15 +257,15 @@ class MinimaxM3Renderer(GeneratedRenderer):
 
     @jinja.memoized_macro
     def macro_visible_text(self, content=jinja.Undefined("content")):
-        """The template's macro visible_text (lines 19-35)."""
+        """The template's macro visible_text."""
         parts_ = []
-        # L20: {% if %}
+        # {% if content is string %}
         if isinstance(content, str):
             parts_.append(content)
         elif jinja.is_iterable(content) and not jinja.is_mapping(content):
-            # L23: {% for %}
+            # {% for part in content %}
             for part in content:
-                # L24: {% if %}
+                # {% if part is string %}
                 if isinstance(part, str):
                     parts_.append(part)
                 elif jinja.getattribute(part, "type") == "text":

@@ -41,21 +41,21 @@ class Ministral3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         bos_token = self.special_tokens["bos_token"]
         eos_token = self.special_tokens["eos_token"]
         default_system_message = "# HOW YOU SHOULD THINK AND ANSWER\n\nFirst draft your thinking process (inner monologue) until you arrive at a response. Format your response using Markdown, and use LaTeX for any mathematical equations. Write both your thoughts and the response in the same language as the input.\n\nYour thinking process must follow the template below:[THINK]Your thoughts or/and draft, like working through an exercise on scratch paper. Be as casual and as long as you want until you are confident to generate the response to the user.[/THINK]Here, provide a self-contained response."
         out.append(str(bos_token))
-        # L9: {% if %}
+        # {% if messages[0]['role'] == 'system' %}
         if messages[0]["role"] == "system":
             out.append("[SYSTEM_PROMPT]")
-            # L11: {% if %}
+            # {% if messages[0]['content'] is string %}
             if isinstance(messages[0]["content"], str):
                 out.append_content(str(messages[0]["content"]))
             else:
-                # L14: {% for %}
+                # {% for block in messages[0]['content'] %}
                 for block in messages[0]["content"]:
-                    # L15: {% if %}
+                    # {% if block['type'] == 'text' %}
                     if jinja.getitem(block, "type") == "text":
                         out.append(str(jinja.getitem(block, "text")))
                     elif jinja.getitem(block, "type") == "thinking":
@@ -70,21 +70,19 @@ class Ministral3Renderer(GeneratedRenderer):
             loop_messages = messages[1:]
         else:
             loop_messages = messages
-            # L28: {% if %}
+            # {% if default_system_message != '' %}
             if default_system_message != "":
                 out.append("[SYSTEM_PROMPT]" + default_system_message + "[/SYSTEM_PROMPT]")
         tools_definition = ""
-        has_tools = False
-        # L37: {% if %}
+        # {% if tools is defined and tools is not none and tools|length > 0 %}
         if jinja.is_defined(tools) and tools is not None and len(tools) > 0:
-            has_tools = True
             tools_definition = "[AVAILABLE_TOOLS]" + jinja.tojson(tools) + "[/AVAILABLE_TOOLS]"
             out.append(str(tools_definition))
         ns = jinja.Namespace(index=0)
-        # L45: {% for %}
+        # {% for message in loop_messages %}
         for message in loop_messages:
             out.mark_message(message)
-            # L46: {% if %}
+            # {% if message.role == 'user' or (message.role == 'assistant' and (message.tool_calls is not defin...
             if message["role"] == "user" or (
                 message["role"] == "assistant"
                 and (
@@ -93,17 +91,17 @@ class Ministral3Renderer(GeneratedRenderer):
                     or len(message["tool_calls"]) == 0
                 )
             ):
-                # L47: {% if %}
+                # {% if (message['role'] == 'user') != (ns.index % 2 == 0) %}
                 if (message["role"] == "user") != (ns.index % 2 == 0):
                     raise jinja.TemplateError(
                         "After the optional system message, conversation roles must alternate user and assistant roles except for tool calls and results."
                     )
                 ns.index = ns.index + 1
         out.mark_scaffold()
-        # L55: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(loop_messages, state=(eos_token,)):
             out.mark_message(message)
-            # L58: {% if %} on the message's role
+            # {% if message['role'] == 'user' %} (the role dispatch)
             if message["role"] == "user":
                 self.render_user(out, message)
             elif message["role"] == "assistant":
@@ -117,22 +115,22 @@ class Ministral3Renderer(GeneratedRenderer):
         out.mark_scaffold()
 
     def render_user(self, out, message):
-        """The template's user branch of the message loop (lines 58-79)."""
-        # L59: {% if %}
+        """The template's user branch of the message loop."""
+        # {% if message['content'] is string %}
         if isinstance(message["content"], str):
             out.append("[INST]")
             out.append_content(message["content"])
             out.append("[/INST]")
         elif len(message["content"]) > 0:
             out.append("[INST]")
-            # L63: {% if %}
+            # {% if message['content'] | length == 2 %}
             if len(message["content"]) == 2:
                 blocks = jinja.sort(message["content"], attribute="type")
             else:
                 blocks = message["content"]
-            # L68: {% for %}
+            # {% for block in blocks %}
             for block in blocks:
-                # L69: {% if %}
+                # {% if block['type'] == 'text' %}
                 if jinja.getitem(block, "type") == "text":
                     out.append(str(jinja.getitem(block, "text")))
                 elif jinja.getitem(block, "type") in ["image", "image_url"]:
@@ -146,8 +144,8 @@ class Ministral3Renderer(GeneratedRenderer):
             raise jinja.TemplateError("User message must have a string or a list of chunks in content")
 
     def render_assistant(self, out, message, eos_token):
-        """The template's assistant branch of the message loop (lines 83-116)."""
-        # L84: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if (message['content'] is none or message['content'] == '' or message['content']|length == 0) ...
         if (message["content"] is None or message["content"] == "" or len(message["content"]) == 0) and (
             not jinja.is_defined(message["tool_calls"])
             or message["tool_calls"] is None
@@ -156,13 +154,13 @@ class Ministral3Renderer(GeneratedRenderer):
             raise jinja.TemplateError(
                 "Assistant message must have a string or a list of chunks in content or a list of tool calls."
             )
-        # L88: {% if %}
+        # {% if message['content'] is string and message['content'] != '' %}
         if isinstance(message["content"], str) and message["content"] != "":
             out.append_content(str(message["content"]))
         elif len(message["content"]) > 0:
-            # L91: {% for %}
+            # {% for block in message['content'] %}
             for block in message["content"]:
-                # L92: {% if %}
+                # {% if block['type'] == 'text' %}
                 if jinja.getitem(block, "type") == "text":
                     out.append(str(jinja.getitem(block, "text")))
                 elif jinja.getitem(block, "type") == "thinking":
@@ -173,18 +171,18 @@ class Ministral3Renderer(GeneratedRenderer):
                     raise jinja.TemplateError(
                         "Only text and thinking chunks are supported in assistant message contents."
                     )
-        # L102: {% if %}
+        # {% if message['tool_calls'] is defined and message['tool_calls'] is not none and message['tool_ca...
         if (
             jinja.is_defined(message["tool_calls"])
             and message["tool_calls"] is not None
             and len(message["tool_calls"]) > 0
         ):
-            # L103: {% for %}
+            # {% for tool in message['tool_calls'] %}
             for tool in message["tool_calls"]:
                 out.append("[TOOL_CALLS]")
                 name = tool["function"]["name"]
                 arguments = tool["function"]["arguments"]
-                # L107: {% if %}
+                # {% if arguments is not string %}
                 if not isinstance(arguments, str):
                     arguments = jinja.mark_safe(jinja.tojson(arguments))
                 elif arguments == "":
@@ -193,7 +191,7 @@ class Ministral3Renderer(GeneratedRenderer):
         out.append(str(eos_token))
 
     def render_tool(self, out, message):
-        """The template's tool branch of the message loop (lines 119-120)."""
+        """The template's tool branch of the message loop."""
         out.append("[TOOL_RESULTS]")
         out.append_content(str(message["content"]))
         out.append("[/TOOL_RESULTS]")

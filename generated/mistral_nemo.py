@@ -52,32 +52,32 @@ class MistralNemoRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         bos_token = self.special_tokens["bos_token"]
         eos_token = self.special_tokens["eos_token"]
         system_message = jinja.Undefined("system_message")
-        # L1: {% if %}
+        # {% if messages[0]["role"] == "system" %}
         if messages[0]["role"] == "system":
             system_message = messages[0]["content"]
             loop_messages = messages[1:]
         else:
             loop_messages = messages
-        # L7: {% if %}
+        # {% if not tools is defined %}
         if not jinja.is_defined(tools):
             tools = None
         user_messages = jinja.to_list(jinja.select_attr(loop_messages, "role", "equalto", "user"))
         ns = jinja.Namespace()
         ns.index = 0
-        # L15: {% for %}
+        # {% for message in loop_messages %}
         for message in loop_messages:
             out.mark_message(message)
-            # L16: {% if %}
+            # {% if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is def...
             if not (
                 message["role"] == "tool"
                 or message["role"] == "tool_results"
                 or (jinja.is_defined(message["tool_calls"]) and message["tool_calls"] is not None)
             ):
-                # L17: {% if %}
+                # {% if (message["role"] == "user") != (ns.index % 2 == 0) %}
                 if (message["role"] == "user") != (ns.index % 2 == 0):
                     raise jinja.TemplateError(
                         "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
@@ -85,12 +85,12 @@ class MistralNemoRenderer(GeneratedRenderer):
                 ns.index = ns.index + 1
         out.mark_scaffold()
         out.append(str(bos_token))
-        # L25: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(
             loop_messages, lookahead=1, state=(tools, user_messages, system_message, eos_token)
         ):
             out.mark_message(message)
-            # L26: {% if %} on the message's role
+            # {% if message["role"] == "user" %} (the role dispatch)
             if message["role"] == "user":
                 self.render_user(out, message, message_index, tools, user_messages, loop_messages, system_message)
             elif jinja.is_defined(message["tool_calls"]) and message["tool_calls"] is not None:
@@ -106,34 +106,34 @@ class MistralNemoRenderer(GeneratedRenderer):
         out.mark_scaffold()
 
     def render_user(self, out, message, message_index, tools, user_messages, loop_messages, system_message):
-        """The template's user branch of the message loop (lines 26-54)."""
-        # L27: {% if %}
+        """The template's user branch of the message loop."""
+        # {% if tools is not none and (message == user_messages[-1]) %}
         if tools is not None and message == jinja.getitem(user_messages, -1):
             out.append("[AVAILABLE_TOOLS][")
-            # L29: {% for %}
+            # {% for tool in tools %}
             items = list(tools)
             for tool_index, tool in enumerate(items):
                 tool = jinja.getattribute(tool, "function")
                 out.append('{"type": "function", "function": {')
-                # L32: {% for %}
+                # {% for key, val in tool.items() if key != "return" %}
                 filtered = [(key, val) for key, val in tool.items() if key != "return"]
                 for index, (key, val) in enumerate(filtered):
-                    # L33: {% if %}
+                    # {% if val is string %}
                     if isinstance(val, str):
                         out.append('"' + key + '": "' + val + '"')
                     else:
                         out.append('"' + key + '": ' + jinja.tojson(val))
-                    # L38: {% if %}
+                    # {% if not loop.last %}
                     if index != len(filtered) - 1:
                         out.append(", ")
                 out.append("}}")
-                # L43: {% if %}
+                # {% if not loop.last %}
                 if tool_index != len(items) - 1:
                     out.append(", ")
                 else:
                     out.append("]")
             out.append("[/AVAILABLE_TOOLS]")
-        # L51: {% if %}
+        # {% if loop.last and system_message is defined %}
         if message_index == len(loop_messages) - 1 and jinja.is_defined(system_message):
             out.append("[INST]")
             out.append_content(system_message)
@@ -146,30 +146,30 @@ class MistralNemoRenderer(GeneratedRenderer):
             out.append("[/INST]")
 
     def render_tool_calls(self, out, message, eos_token):
-        """The template's tool_calls branch of the message loop (lines 56-68)."""
+        """The template's tool_calls branch of the message loop."""
         out.append("[TOOL_CALLS][")
-        # L58: {% for %}
+        # {% for tool_call in message.tool_calls %}
         items_2 = list(message["tool_calls"])
         for tool_call_index, tool_call in enumerate(items_2):
             out_ = jinja.tojson(tool_call["function"])
             out.append(str(out_[:-1]))
-            # L61: {% if %}
+            # {% if not tool_call.id is defined or tool_call.id|length != 9 %}
             if not jinja.is_defined(tool_call["id"]) or len(tool_call["id"]) != 9:
                 raise jinja.TemplateError("Tool call IDs should be alphanumeric strings with length 9!")
             out.append(', "id": "' + tool_call["id"] + '"}')
-            # L65: {% if %}
+            # {% if not loop.last %}
             if tool_call_index != len(items_2) - 1:
                 out.append(", ")
             else:
                 out.append("]" + eos_token)
 
     def render_assistant(self, out, message, eos_token):
-        """The template's assistant branch of the message loop (lines 71-72)."""
+        """The template's assistant branch of the message loop."""
         out.append(str(message["content"] + eos_token))
 
     def render_tool_results_or_tool(self, out, message):
-        """The template's tool_results / tool branch of the message loop (lines 73-83)."""
-        # L74: {% if %}
+        """The template's tool_results / tool branch of the message loop."""
+        # {% if message.content is defined and message.content.content is defined %}
         if jinja.is_defined(message["content"]) and jinja.is_defined(message["content"]["content"]):
             content = message["content"]["content"]
         else:
@@ -177,7 +177,7 @@ class MistralNemoRenderer(GeneratedRenderer):
         out.append('[TOOL_RESULTS]{"content": ')
         out.append_content(str(content))
         out.append(", ")
-        # L80: {% if %}
+        # {% if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
         if not jinja.is_defined(message["tool_call_id"]) or len(message["tool_call_id"]) != 9:
             raise jinja.TemplateError("Tool call IDs should be alphanumeric strings with length 9!")
         out.append('"call_id": "' + message["tool_call_id"] + '"}[/TOOL_RESULTS]')

@@ -50,7 +50,7 @@ class MistralSmall32Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         bos_token = self.special_tokens["bos_token"]
         eos_token = self.special_tokens["eos_token"]
         today = jinja.strftime_now("%Y-%m-%d")
@@ -62,12 +62,12 @@ class MistralSmall32Renderer(GeneratedRenderer):
         out.append(str(bos_token))
         system_prompt = default_system_message
         loop_messages = messages
-        # L33: {% if %}
+        # {% if not tools is defined %}
         if not jinja.is_defined(tools):
             tools = None
-        # L37: {% if %}
+        # {% if messages|length > 0 and messages[0]['role'] == 'system' %}
         if len(messages) > 0 and messages[0]["role"] == "system":
-            # L38: {% if %}
+            # {% if messages[0]['content'] is string %}
             if isinstance(messages[0]["content"], str):
                 system_prompt = messages[0]["content"]
             else:
@@ -75,12 +75,12 @@ class MistralSmall32Renderer(GeneratedRenderer):
             loop_messages = messages[1:]
         user_messages = jinja.to_list(jinja.select_attr(loop_messages, "role", "equalto", "user"))
         ns = jinja.Namespace(index=0)
-        # L49: {% for %}
+        # {% for message in loop_messages %}
         for message in loop_messages:
             out.mark_message(message)
-            # L50: {% if %}
+            # {% if not (message.role == "tool" or (message.get('tool_calls'))) %}
             if not (message["role"] == "tool" or message.get("tool_calls")):
-                # L51: {% if %}
+                # {% if (message["role"] == "user") != (ns.index % 2 == 0) %}
                 if (message["role"] == "user") != (ns.index % 2 == 0):
                     raise jinja.TemplateError(
                         "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
@@ -90,10 +90,10 @@ class MistralSmall32Renderer(GeneratedRenderer):
         out.append("[SYSTEM_PROMPT]")
         out.append_content(system_prompt)
         out.append("[/SYSTEM_PROMPT]")
-        # L60: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(loop_messages, state=(tools, user_messages, eos_token)):
             out.mark_message(message)
-            # L61: {% if %} on the message's role
+            # {% if message['role'] == 'system' %} (the role dispatch)
             if message["role"] == "system":
                 self.render_system(out, message)
             elif message["role"] == "user":
@@ -107,8 +107,8 @@ class MistralSmall32Renderer(GeneratedRenderer):
         out.mark_scaffold()
 
     def render_system(self, out, message):
-        """The template's system branch of the message loop (lines 61-65)."""
-        # L62: {% if %}
+        """The template's system branch of the message loop."""
+        # {% if message['content'] is string %}
         if isinstance(message["content"], str):
             out.append("[SYSTEM_PROMPT]")
             out.append_content(message["content"])
@@ -117,18 +117,18 @@ class MistralSmall32Renderer(GeneratedRenderer):
             out.append("[SYSTEM_PROMPT]" + message["content"][0]["text"] + "[/SYSTEM_PROMPT]")
 
     def render_user(self, out, message, tools, user_messages):
-        """The template's user branch of the message loop (lines 67-85)."""
-        # L68: {% if %}
+        """The template's user branch of the message loop."""
+        # {% if tools is not none and (message == user_messages[-1]) %}
         if tools is not None and message == jinja.getitem(user_messages, -1):
             out.append("[AVAILABLE_TOOLS]" + jinja.tojson(tools) + "[/AVAILABLE_TOOLS]")
         out.append("[INST]")
-        # L72: {% if %}
+        # {% if message['content'] is string %}
         if isinstance(message["content"], str):
             out.append_content(str(message["content"]))
         else:
-            # L75: {% for %}
+            # {% for block in message['content'] %}
             for block in message["content"]:
-                # L76: {% if %}
+                # {% if block['type'] == 'text' %}
                 if block["type"] == "text":
                     out.append(str(block["text"]))
                 elif block["type"] in ["image", "image_url"]:
@@ -138,14 +138,14 @@ class MistralSmall32Renderer(GeneratedRenderer):
         out.append("[/INST]")
 
     def render_assistant(self, out, message, eos_token):
-        """The template's assistant branch of the message loop (lines 86-109)."""
-        # L87: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if message.get('tool_calls') %}
         if message.get("tool_calls"):
-            # L88: {% for %}
+            # {% for tool_call in message.tool_calls %}
             for tool_call in message["tool_calls"]:
                 out.append("[TOOL_CALLS]")
                 out.append_content(tool_call["function"]["name"])
-                # L90: {% if %}
+                # {% if not tool_call.id is defined or tool_call.id is not string or tool_call.id|length != 9 %}
                 if (
                     not jinja.is_defined(tool_call["id"])
                     or not isinstance(tool_call["id"], str)
@@ -158,9 +158,9 @@ class MistralSmall32Renderer(GeneratedRenderer):
         elif isinstance(message["content"], str):
             out.append(str(message["content"] + eos_token))
         else:
-            # L100: {% for %}
+            # {% for block in message['content'] %}
             for block in message["content"]:
-                # L101: {% if %}
+                # {% if block['type'] == 'text' %}
                 if block["type"] == "text":
                     out.append(str(block["text"]))
                 elif block["type"] in ["image", "image_url"]:
@@ -170,13 +170,13 @@ class MistralSmall32Renderer(GeneratedRenderer):
             out.append(str(eos_token))
 
     def render_tool_results_or_tool(self, out, message):
-        """The template's tool_results / tool branch of the message loop (lines 111-120)."""
-        # L112: {% if %}
+        """The template's tool_results / tool branch of the message loop."""
+        # {% if message.content is defined and message.content.content is defined %}
         if jinja.is_defined(message["content"]) and jinja.is_defined(message["content"]["content"]):
             content = message["content"]["content"]
         else:
             content = message["content"]
-        # L117: {% if %}
+        # {% if not message.tool_call_id is defined or message.tool_call_id is not string or message['tool_...
         if (
             not jinja.is_defined(message["tool_call_id"])
             or not isinstance(message["tool_call_id"], str)

@@ -51,83 +51,83 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
         truncate_history_thinking = self.knobs["truncate_history_thinking"]
         enable_thinking = enable_thinking if jinja.is_defined(enable_thinking) else True
         truncate_history_thinking = truncate_history_thinking if jinja.is_defined(truncate_history_thinking) else True
         ns = jinja.Namespace(last_user_idx=-1)
         loop_messages = messages
-        # L17: {% for %}
+        # {% for m in loop_messages %}
         for m_index, m in enumerate(loop_messages):
-            # L18: {% if %}
+            # {% if m["role"] == "user" %}
             if m["role"] == "user":
                 ns.last_user_idx = m_index
-        # L23: {% if %}
+        # {% if messages[0]["role"] == "system" %}
         if messages[0]["role"] == "system":
             system_message = messages[0]["content"]
             loop_messages = messages[1:]
         else:
             system_message = ""
             loop_messages = messages
-        # L30: {% if %}
+        # {% if not tools is defined %}
         if not jinja.is_defined(tools):
             tools = []
         ns = jinja.Namespace(last_user_idx=-1)
-        # L35: {% for %}
+        # {% for m in loop_messages %}
         for m_index, m in enumerate(loop_messages):
-            # L36: {% if %}
+            # {% if m["role"] == "user" %}
             if m["role"] == "user":
                 ns.last_user_idx = m_index
-        # L40: {% if %}
+        # {% if system_message is defined %}
         if jinja.is_defined(system_message):
             out.append("<|im_start|>system\n")
             out.append_content(system_message)
         else:
-            # L43: {% if %}
+            # {% if tools is iterable and tools | length > 0 %}
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_start|>system\n")
-        # L47: {% if %}
+        # {% if tools is iterable and tools | length > 0 %}
         if jinja.is_iterable(tools) and jinja.length(tools) > 0:
-            # L48: {% if %}
+            # {% if system_message is defined and system_message | length > 0 %}
             if jinja.is_defined(system_message) and jinja.length(system_message) > 0:
                 out.append("\n\n")
             out.append("# Tools\n\nYou have access to the following functions:\n\n<tools>")
-            # L53: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
-                # L54: {% if %}
+                # {% if tool.function is defined %}
                 if jinja.is_defined(jinja.getattribute(tool, "function")):
                     tool = jinja.getattribute(tool, "function")
                 out.append("\n<function>\n<name>" + str(jinja.getattribute(tool, "name")) + "</name>")
-                # L58: {% if %}
+                # {% if tool.description is defined %}
                 if jinja.is_defined(jinja.getattribute(tool, "description")):
                     out.append(
                         "\n<description>" + jinja.trim(jinja.getattribute(tool, "description")) + "</description>"
                     )
                 out.append("\n<parameters>")
-                # L62: {% if %}
+                # {% if tool.parameters is defined and tool.parameters is mapping and tool.parameters.properties is...
                 if (
                     jinja.is_defined(jinja.getattribute(tool, "parameters"))
                     and jinja.is_mapping(jinja.getattribute(tool, "parameters"))
                     and jinja.is_defined(jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties"))
                     and jinja.is_mapping(jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties"))
                 ):
-                    # L63: {% for %}
+                    # {% for param_name, param_fields in tool.parameters.properties|items %}
                     for param_name, param_fields in jinja.items(
                         jinja.getattribute(jinja.getattribute(tool, "parameters"), "properties")
                     ):
                         out.append("\n<parameter>\n<name>" + str(param_name) + "</name>")
-                        # L66: {% if %}
+                        # {% if param_fields.type is defined %}
                         if jinja.is_defined(jinja.getattribute(param_fields, "type")):
                             out.append("\n<type>" + str(jinja.getattribute(param_fields, "type")) + "</type>")
-                        # L69: {% if %}
+                        # {% if param_fields.description is defined %}
                         if jinja.is_defined(jinja.getattribute(param_fields, "description")):
                             out.append(
                                 "\n<description>"
                                 + jinja.trim(jinja.getattribute(param_fields, "description"))
                                 + "</description>"
                             )
-                        # L72: {% if %}
+                        # {% if param_fields.enum is defined %}
                         if jinja.is_defined(jinja.getattribute(param_fields, "enum")):
                             out.append(
                                 "\n<enum>"
@@ -139,7 +139,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                         out.append(self.macro_render_extra_keys(param_fields, handled_keys_2) + "\n</parameter>")
                 handled_keys = ["type", "properties", "required"]
                 out.append(self.macro_render_extra_keys(jinja.getattribute(tool, "parameters"), handled_keys))
-                # L82: {% if %}
+                # {% if tool.parameters is defined and tool.parameters.required is defined %}
                 if jinja.is_defined(jinja.getattribute(tool, "parameters")) and jinja.is_defined(
                     jinja.getattribute(jinja.getattribute(tool, "parameters"), "required")
                 ):
@@ -158,19 +158,19 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             out.append(
                 "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
-        # L96: {% if %}
+        # {% if system_message is defined %}
         if jinja.is_defined(system_message):
             out.append("<|im_end|>\n")
         else:
-            # L99: {% if %}
+            # {% if tools is iterable and tools | length > 0 %}
             if jinja.is_iterable(tools) and jinja.length(tools) > 0:
                 out.append("<|im_end|>\n")
-        # L104: {% for %}
+        # {% for message in loop_messages %}
         for message_index, message in out.message_loop(
             loop_messages, lookahead=1, state=(truncate_history_thinking, ns)
         ):
             out.mark_message(message)
-            # L105: {% if %} on the message's role
+            # {% if message.role == "assistant" %} (the role dispatch)
             if message["role"] == "assistant":
                 self.render_assistant(out, message, message_index, truncate_history_thinking, ns)
             elif message["role"] == "user" or message["role"] == "system":
@@ -182,9 +182,9 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                 out.append_content(message["content"])
                 out.append("<|im_end|>\n")
         out.mark_scaffold()
-        # L198: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
-            # L199: {% if %}
+            # {% if enable_thinking %}
             if enable_thinking:
                 out.append("<|im_start|>assistant\n<think>\n")
             else:
@@ -194,14 +194,14 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
     def macro_render_extra_keys(
         self, json_dict=jinja.Undefined("json_dict"), handled_keys=jinja.Undefined("handled_keys")
     ):
-        """The template's macro render_extra_keys (lines 1-7)."""
+        """The template's macro render_extra_keys."""
         parts_ = []
-        # L2: {% if %}
+        # {% if json_dict is mapping %}
         if jinja.is_mapping(json_dict):
-            # L3: {% for %}
+            # {% for json_key in json_dict if json_key not in handled_keys %}
             filtered = [json_key for json_key in json_dict if json_key not in handled_keys]
             for json_key in filtered:
-                # L4: {% if %}
+                # {% if json_dict[json_key] is mapping or (json_dict[json_key] is sequence and json_dict[json_key] ...
                 if jinja.is_mapping(jinja.getitem(json_dict, json_key)) or (
                     jinja.is_sequence(jinja.getitem(json_dict, json_key))
                     and not isinstance(jinja.getitem(json_dict, json_key), str)
@@ -228,8 +228,8 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         return jinja.concat(parts_)
 
     def render_assistant(self, out, message, message_index, truncate_history_thinking, ns):
-        """The template's assistant branch of the message loop (lines 105-172)."""
-        # L107: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if message.reasoning_content is defined and message.reasoning_content is string and message.re...
         if (
             jinja.is_defined(message["reasoning_content"])
             and isinstance(message["reasoning_content"], str)
@@ -243,14 +243,14 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
             )
         else:
             content = jinja.default(message["content"], "", True)
-            # L111: {% if %}
+            # {% if content is string %}
             if isinstance(content, str):
-                # L113: {% if %}
+                # {% if '<think>' not in content and '</think>' not in content %}
                 if "<think>" not in content and "</think>" not in content:
                     content = "<think></think>" + str(content)
             else:
                 content = content
-        # L120: {% if %}
+        # {% if message.tool_calls is defined and message.tool_calls is iterable and message.tool_calls | l...
         if (
             jinja.is_defined(message["tool_calls"])
             and jinja.is_iterable(message["tool_calls"])
@@ -258,37 +258,37 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         ):
             out.append("<|im_start|>assistant\n")
             include_content = not (truncate_history_thinking and message_index < ns.last_user_idx)
-            # L124: {% if %}
+            # {% if content is string and content | trim | length > 0 %}
             if isinstance(content, str) and jinja.length(jinja.trim(content)) > 0:
-                # L125: {% if %}
+                # {% if include_content %}
                 if include_content:
                     out.append_content(jinja.trim(content))
                     out.append("\n")
                 else:
                     c = str(content)
-                    # L129: {% if %}
+                    # {% if '</think>' in c %}
                     if "</think>" in c:
                         c = c.split("</think>")[-1]
                     elif "<think>" in c:
                         c = c.split("<think>")[0]
                     c = "<think></think>" + jinja.trim(c)
-                    # L137: {% if %}
+                    # {% if c | length > 0 %}
                     if jinja.length(c) > 0:
                         out.append_content(str(c))
                         out.append("\n")
             else:
                 out.append("<think></think>")
-            # L144: {% for %}
+            # {% for tool_call in message.tool_calls %}
             for tool_call in message["tool_calls"]:
-                # L145: {% if %}
+                # {% if tool_call.function is defined %}
                 if jinja.is_defined(tool_call["function"]):
                     tool_call = tool_call["function"]
                 out.append("<tool_call>\n<function=")
                 out.append_content(str(tool_call["name"]))
                 out.append(">\n")
-                # L149: {% if %}
+                # {% if tool_call.arguments is defined %}
                 if jinja.is_defined(tool_call["arguments"]):
-                    # L150: {% for %}
+                    # {% for args_name, args_value in tool_call.arguments|items %}
                     for args_name, args_value in jinja.items(tool_call["arguments"]):
                         out.append("<parameter=" + str(args_name) + ">\n")
                         args_value = (
@@ -301,18 +301,18 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                 out.append("</function>\n</tool_call>\n")
             out.append("<|im_end|>\n")
         else:
-            # L161: {% if %}
+            # {% if not (truncate_history_thinking and loop.index0 < ns.last_user_idx) %}
             if not (truncate_history_thinking and message_index < ns.last_user_idx):
                 out.append("<|im_start|>assistant\n")
                 out.append_content(jinja.trim(str(jinja.default(content, "", True))))
                 out.append("<|im_end|>\n")
             else:
                 c = str(jinja.default(content, "", True))
-                # L165: {% if %}
+                # {% if '<think>' in c and '</think>' in c %}
                 if "<think>" in c and "</think>" in c:
                     c = "<think></think>" + str(c.split("</think>")[-1])
                 c = jinja.trim(c)
-                # L169: {% if %}
+                # {% if c | length > 0 %}
                 if jinja.length(c) > 0:
                     out.append("<|im_start|>assistant\n")
                     out.append_content(str(c))
@@ -321,15 +321,15 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
                     out.append("<|im_start|>assistant\n<|im_end|>\n")
 
     def render_user_or_system(self, out, message):
-        """The template's user / system branch of the message loop (lines 176-180)."""
+        """The template's user / system branch of the message loop."""
         out.append("<|im_start|>" + message["role"] + "\n")
         content = str(message["content"])
         out.append_content(str(content))
         out.append("<|im_end|>\n")
 
     def render_tool(self, out, message, message_index, loop_messages):
-        """The template's tool branch of the message loop (lines 181-191)."""
-        # L182: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if loop.previtem and loop.previtem.role != "tool" %}
         if (loop_messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")) and (
             loop_messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
         )["role"] != "tool":
@@ -337,7 +337,7 @@ class NvidiaNemotron3NanoRenderer(GeneratedRenderer):
         out.append("<tool_response>\n")
         out.append_content(str(message["content"]))
         out.append("\n</tool_response>\n")
-        # L188: {% if %}
+        # {% if not loop.last and loop.nextitem.role != "tool" %}
         if (
             message_index != len(loop_messages) - 1
             and (

@@ -49,21 +49,21 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         # apply_chat_template never passes continue_final_message to the template
         continue_final_message = jinja.Undefined("continue_final_message")
         ns = jinja.Namespace(enable_thinking=True)
-        # L2: {% for %}
+        # {% for message in messages %}
         for message in messages:
             content = jinja.getitem(message, "content")
-            # L4: {% if %}
+            # {% if message['role'] == 'user' or message['role'] == 'system' %}
             if jinja.getitem(message, "role") == "user" or jinja.getitem(message, "role") == "system":
-                # L5: {% if %}
+                # {% if '/think' in content %}
                 if "/think" in content:
                     ns.enable_thinking = True
                 elif "/no_think" in content:
                     ns.enable_thinking = False
-        # L13: {% if %}
+        # {% if messages[0]['role'] != 'system' %}
         if jinja.getitem(jinja.getitem(messages, 0), "role") != "system":
             ns.non_tool_system_content = ""
             out.append("<SPECIAL_10>System\n")
@@ -76,13 +76,13 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             )
             out.append("<SPECIAL_10>System\n")
             out.append_content(ns.non_tool_system_content)
-        # L23: {% if %}
+        # {% if tools %}
         if tools:
-            # L24: {% if %}
+            # {% if ns.non_tool_system_content is defined and ns.non_tool_system_content != '' %}
             if jinja.is_defined(ns.non_tool_system_content) and ns.non_tool_system_content != "":
                 out.append("\n\n")
             out.append("You can use the following tools to assist the user if required:\n<AVAILABLE_TOOLS>[")
-            # L32: {% for %}
+            # {% for tool in tools %}
             for tool_index, tool in enumerate(tools):
                 out.append(
                     jinja.tojson(tool["function"] if jinja.is_defined(tool["function"]) else tool)
@@ -93,7 +93,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             )
         out.append("\n\n")
         messages = messages[1:] if jinja.getitem(jinja.getitem(messages, 0), "role") == "system" else messages
-        # L56: {% if %}
+        # {% if messages[-1]['role'] == 'assistant' %}
         if jinja.getitem(jinja.getitem(messages, -1), "role") == "assistant":
             ns.last_turn_assistant_content = jinja.default(
                 jinja.getitem(jinja.getitem(messages, -1), "content"), "", True
@@ -104,13 +104,13 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
                 else []
             )
             messages = messages[:-1]
-        # L62: {% for %}
+        # {% for message in messages %}
         items = list(messages)
         for message_index, message in out.message_loop(items, lookahead=1, lists=(messages,)):
             out.mark_message(message)
             # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
             content_2 = jinja.getitem(message, "content")
-            # L64: {% if %} on the message's role
+            # {% if message['role'] == 'user' %} (the role dispatch)
             if jinja.getitem(message, "role") == "user":
                 self.render_user(out, content_2)
             elif jinja.getitem(message, "role") == "tool":
@@ -118,41 +118,41 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             elif jinja.getitem(message, "role") == "assistant":
                 self.render_assistant(out, message, content_2)
         out.mark_scaffold()
-        # L108: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<SPECIAL_11>Assistant\n")
-            # L111: {% if %}
+            # {% if ns.enable_thinking is defined and ns.enable_thinking is false %}
             if jinja.is_defined(ns.enable_thinking) and ns.enable_thinking is False:
                 out.append("<think></think>")
             else:
                 out.append("<think>\n")
-            # L117: {% if %}
+            # {% if ns.last_turn_assistant_content is defined and ns.last_turn_assistant_content != '' %}
             if jinja.is_defined(ns.last_turn_assistant_content) and ns.last_turn_assistant_content != "":
                 out.append(str(ns.last_turn_assistant_content))
         else:
-            # L121: {% if %}
+            # {% if ns.last_turn_assistant_content is defined and ns.last_turn_assistant_content != '' %}
             if jinja.is_defined(ns.last_turn_assistant_content) and ns.last_turn_assistant_content != "":
                 out.append("<SPECIAL_11>Assistant\n")
-                # L124: {% if %}
+                # {% if ns.enable_thinking is defined and ns.enable_thinking is false %}
                 if jinja.is_defined(ns.enable_thinking) and ns.enable_thinking is False:
                     out.append("<think></think>")
                 else:
                     out.append("<think>\n")
                 out.append(str(ns.last_turn_assistant_content))
-                # L131: {% if %}
+                # {% if continue_final_message is defined %}
                 if jinja.is_defined(continue_final_message):
-                    # L132: {% if %}
+                    # {% if continue_final_message is false %}
                     if continue_final_message is False:
                         out.append("\n<SPECIAL_12>\n")
                 else:
                     out.append("\n<SPECIAL_12>\n")
-            # L143: {% if %}
+            # {% if ns.last_turn_assistant_tool_calls is defined and ns.last_turn_assistant_tool_calls | length...
             if (
                 jinja.is_defined(ns.last_turn_assistant_tool_calls)
                 and jinja.length(ns.last_turn_assistant_tool_calls) > 0
             ):
                 out.append("<SPECIAL_11>Assistant\n<TOOLCALL>[")
-                # L147: {% for %}
+                # {% for call in ns.last_turn_assistant_tool_calls %}
                 items_2 = list(ns.last_turn_assistant_tool_calls)
                 for call_index, call in enumerate(items_2):
                     fn = (
@@ -161,7 +161,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
                         else call
                     )
                     out.append('{"name": "' + jinja.getattribute(fn, "name") + '", "arguments": ')
-                    # L150: {% if %}
+                    # {% if fn.arguments is string %}
                     if isinstance(jinja.getattribute(fn, "arguments"), str):
                         out.append(str(jinja.getattribute(fn, "arguments")))
                     else:
@@ -170,14 +170,14 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
                 out.append("]</TOOLCALL><SPECIAL_12>\n\n")
 
     def render_user(self, out, content_2):
-        """The template's user branch of the message loop (lines 64-66)."""
+        """The template's user branch of the message loop."""
         out.append("<SPECIAL_11>User\n")
         out.append_content(jinja.default(content_2, "", True).replace("/think", "").replace("/no_think", "").strip())
         out.append("\n")
 
     def render_tool(self, out, message, message_index, messages, items):
-        """The template's tool branch of the message loop (lines 68-76)."""
-        # L69: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if loop.first or (messages[loop.index0 - 1].role != 'tool') %}
         if message_index == 0 or jinja.getattribute(jinja.getitem(messages, message_index - 1), "role") != "tool":
             out.append("<SPECIAL_11>User\n<TOOL_RESPONSE>[")
         out.append_content(str(jinja.getitem(message, "content")))
@@ -187,7 +187,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             and jinja.getattribute(jinja.getitem(messages, message_index + 1), "role") == "tool"
             else ""
         )
-        # L75: {% if %}
+        # {% if loop.last or (messages[loop.index0 + 1].role != 'tool') %}
         if (
             message_index == len(items) - 1
             or jinja.getattribute(jinja.getitem(messages, message_index + 1), "role") != "tool"
@@ -195,20 +195,20 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
             out.append("]</TOOL_RESPONSE>")
 
     def render_assistant(self, out, message, content_2):
-        """The template's assistant branch of the message loop (lines 78-102)."""
-        # L79: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if content and '</think>' in content %}
         if content_2 and "</think>" in content_2:
             content_2 = jinja.default(jinja.getitem(content_2.split("</think>"), 1), "", True).strip()
         out.append(
             "<SPECIAL_11>Assistant\n" + (jinja.default(content_2, "", True).strip() if content_2 is not None else "")
         )
-        # L84: {% if %}
+        # {% if message.tool_calls %}
         if jinja.getattribute(message, "tool_calls"):
-            # L85: {% if %}
+            # {% if (content | default('', true)).strip() != '' %}
             if jinja.default(content_2, "", True).strip() != "":
                 out.append("\n")
             out.append("<TOOLCALL>[")
-            # L90: {% for %}
+            # {% for call in message.tool_calls %}
             items_2 = list(jinja.getattribute(message, "tool_calls"))
             for call_index, call in enumerate(items_2):
                 fn = (
@@ -217,7 +217,7 @@ class NvidiaNemotronNanoRenderer(GeneratedRenderer):
                     else call
                 )
                 out.append('{"name": "' + jinja.getattribute(fn, "name") + '", "arguments": ')
-                # L93: {% if %}
+                # {% if fn.arguments is string %}
                 if isinstance(jinja.getattribute(fn, "arguments"), str):
                     out.append(str(jinja.getattribute(fn, "arguments")))
                 else:

@@ -43,39 +43,39 @@ class Phi35MiniRenderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         eos_token = self.special_tokens["eos_token"]
-        # L1: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages):
             out.mark_message(message)
-            # L1: {% if %} on the message's role
+            # {% if message['role'] == 'system' and message['content'] %} (the role dispatch)
             if message["role"] == "system" and message["content"]:
-                self.render_system(out, message)
+                self.render_system_with_content(out, message)
             elif message["role"] == "user":
                 self.render_user(out, message)
             elif message["role"] == "assistant":
                 self.render_assistant(out, message)
         out.mark_scaffold()
-        # L7: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|assistant|>\n")
         else:
             out.append(str(eos_token))
 
-    def render_system(self, out, message):
-        """The template's system branch of the message loop (lines 1-2)."""
+    def render_system_with_content(self, out, message):
+        """The template's system branch of the message loop."""
         out.append("<|system|>\n")
         out.append_content(message["content"])
         out.append("<|end|>\n")
 
     def render_user(self, out, message):
-        """The template's user branch of the message loop (lines 3-4)."""
+        """The template's user branch of the message loop."""
         out.append("<|user|>\n")
         out.append_content(message["content"])
         out.append("<|end|>\n")
 
     def render_assistant(self, out, message):
-        """The template's assistant branch of the message loop (lines 5-6)."""
+        """The template's assistant branch of the message loop."""
         out.append("<|assistant|>\n")
         out.append_content(message["content"])
         out.append("<|end|>\n")

@@ -46,11 +46,11 @@ class Qwen25Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
-        # L1: {% if %}
+        """The chat template, statement by statement, each comment quoting the statement."""
+        # {% if tools %}
         if tools:
             out.append("<|im_start|>system\n")
-            # L3: {% if %}
+            # {% if messages[0]['role'] == 'system' %}
             if messages[0]["role"] == "system":
                 out.append_content(str(messages[0]["content"]))
             else:
@@ -58,14 +58,14 @@ class Qwen25Renderer(GeneratedRenderer):
             out.append(
                 "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
             )
-            # L9: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
                 out.append("\n" + jinja.tojson(tool))
             out.append(
                 '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
             )
         else:
-            # L15: {% if %}
+            # {% if messages[0]['role'] == 'system' %}
             if messages[0]["role"] == "system":
                 out.append("<|im_start|>system\n")
                 out.append_content(messages[0]["content"])
@@ -74,10 +74,10 @@ class Qwen25Renderer(GeneratedRenderer):
                 out.append(
                     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
                 )
-        # L21: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, lookahead=1):
             out.mark_message(message)
-            # L22: {% if %} on the message's role
+            # {% if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role ... (the role dispatch)
             if (
                 message["role"] == "user"
                 or (message["role"] == "system" and message_index != 0)
@@ -89,26 +89,26 @@ class Qwen25Renderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, message, message_index, messages)
         out.mark_scaffold()
-        # L52: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
 
     def render_user_or_system_or_assistant(self, out, message):
-        """The template's user / system / assistant branch of the message loop (lines 22-23)."""
+        """The template's user / system / assistant branch of the message loop."""
         out.append("<|im_start|>" + message["role"] + "\n")
         out.append_content(message["content"])
         out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message):
-        """The template's assistant branch of the message loop (lines 24-39)."""
+        """The template's assistant branch of the message loop."""
         out.append("<|im_start|>" + message["role"])
-        # L26: {% if %}
+        # {% if message.content %}
         if message["content"]:
             out.append("\n")
             out.append_content(message["content"])
-        # L29: {% for %}
+        # {% for tool_call in message.tool_calls %}
         for tool_call in message["tool_calls"]:
-            # L30: {% if %}
+            # {% if tool_call.function is defined %}
             if jinja.is_defined(tool_call["function"]):
                 tool_call = tool_call["function"]
             out.append('\n<tool_call>\n{"name": "')
@@ -119,13 +119,13 @@ class Qwen25Renderer(GeneratedRenderer):
         out.append("<|im_end|>\n")
 
     def render_tool(self, out, message, message_index, messages):
-        """The template's tool branch of the message loop (lines 40-48)."""
-        # L41: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
         if message_index == 0 or messages[message_index - 1]["role"] != "tool":
             out.append("<|im_start|>user")
         out.append("\n<tool_response>\n")
         out.append_content(str(message["content"]))
         out.append("\n</tool_response>")
-        # L47: {% if %}
+        # {% if loop.last or (messages[loop.index0 + 1].role != "tool") %}
         if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
             out.append("<|im_end|>\n")

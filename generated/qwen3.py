@@ -50,35 +50,35 @@ class Qwen3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
-        # L1: {% if %}
+        # {% if tools %}
         if tools:
             out.append("<|im_start|>system\n")
-            # L3: {% if %}
+            # {% if messages[0].role == 'system' %}
             if messages[0]["role"] == "system":
                 out.append_content(messages[0]["content"])
                 out.append("\n\n")
             out.append(
                 "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
             )
-            # L7: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
                 out.append("\n" + jinja.tojson(tool))
             out.append(
                 '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
             )
         else:
-            # L13: {% if %}
+            # {% if messages[0].role == 'system' %}
             if messages[0]["role"] == "system":
                 out.append("<|im_start|>system\n")
                 out.append_content(messages[0]["content"])
                 out.append("<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
-        # L18: {% for %}
+        # {% for message in messages[::-1] %}
         for message_index, message in enumerate(messages[::-1]):
             index = len(messages) - 1 - message_index
-            # L20: {% if %}
+            # {% if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_res...
             if (
                 ns.multi_step_tool
                 and message["role"] == "user"
@@ -88,10 +88,10 @@ class Qwen3Renderer(GeneratedRenderer):
             ):
                 ns.multi_step_tool = False
                 ns.last_query_index = index
-        # L25: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, lookahead=1, state=(ns,)):
             out.mark_message(message)
-            # L26: {% if %} on the message's role
+            # {% if (message.role == "user") or (message.role == "system" and not loop.first) %} (the role dispatch)
             if message["role"] == "user" or (message["role"] == "system" and message_index != 0):
                 self.render_user_or_system(out, message)
             elif message["role"] == "assistant":
@@ -99,36 +99,36 @@ class Qwen3Renderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, message, message_index, messages)
         out.mark_scaffold()
-        # L80: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
-            # L82: {% if %}
+            # {% if enable_thinking is defined and enable_thinking is false %}
             if jinja.is_defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
 
     def render_user_or_system(self, out, message):
-        """The template's user / system branch of the message loop (lines 26-27)."""
+        """The template's user / system branch of the message loop."""
         out.append("<|im_start|>" + message["role"] + "\n")
         out.append_content(message["content"])
         out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, ns, messages):
-        """The template's assistant branch of the message loop (lines 28-67)."""
+        """The template's assistant branch of the message loop."""
         content = message["content"]
         reasoning_content = ""
-        # L31: {% if %}
+        # {% if message.reasoning_content is defined and message.reasoning_content is not none %}
         if jinja.is_defined(message["reasoning_content"]) and message["reasoning_content"] is not None:
             reasoning_content = message["reasoning_content"]
         else:
-            # L34: {% if %}
+            # {% if '</think>' in message.content %}
             if "</think>" in message["content"]:
                 content = message["content"].split("</think>")[-1].lstrip("\n")
                 reasoning_content = (
                     message["content"].split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 )
-        # L39: {% if %}
+        # {% if loop.index0 > ns.last_query_index %}
         if message_index > ns.last_query_index:
-            # L40: {% if %}
+            # {% if loop.last or (not loop.last and reasoning_content) %}
             if message_index == len(messages) - 1 or (message_index != len(messages) - 1 and reasoning_content):
                 out.append("<|im_start|>" + message["role"] + "\n<think>\n")
                 out.append_content(reasoning_content.strip("\n"))
@@ -140,20 +140,20 @@ class Qwen3Renderer(GeneratedRenderer):
         else:
             out.append("<|im_start|>" + message["role"] + "\n")
             out.append_content(content)
-        # L48: {% if %}
+        # {% if message.tool_calls %}
         if message["tool_calls"]:
-            # L49: {% for %}
+            # {% for tool_call in message.tool_calls %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
-                # L50: {% if %}
+                # {% if (loop.first and content) or (not loop.first) %}
                 if (tool_call_index == 0 and content) or tool_call_index != 0:
                     out.append("\n")
-                # L53: {% if %}
+                # {% if tool_call.function %}
                 if tool_call["function"]:
                     tool_call = tool_call["function"]
                 out.append('<tool_call>\n{"name": "')
                 out.append_content(str(tool_call["name"]))
                 out.append('", "arguments": ')
-                # L59: {% if %}
+                # {% if tool_call.arguments is string %}
                 if isinstance(tool_call["arguments"], str):
                     out.append_content(str(tool_call["arguments"]))
                 else:
@@ -162,13 +162,13 @@ class Qwen3Renderer(GeneratedRenderer):
         out.append("<|im_end|>\n")
 
     def render_tool(self, out, message, message_index, messages):
-        """The template's tool branch of the message loop (lines 68-76)."""
-        # L69: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if loop.first or (messages[loop.index0 - 1].role != "tool") %}
         if message_index == 0 or messages[message_index - 1]["role"] != "tool":
             out.append("<|im_start|>user")
         out.append("\n<tool_response>\n")
         out.append_content(str(message["content"]))
         out.append("\n</tool_response>")
-        # L75: {% if %}
+        # {% if loop.last or (messages[loop.index0 + 1].role != "tool") %}
         if message_index == len(messages) - 1 or messages[message_index + 1]["role"] != "tool":
             out.append("<|im_end|>\n")

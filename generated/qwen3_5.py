@@ -53,45 +53,45 @@ class Qwen35Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         add_vision_id = self.knobs["add_vision_id"]
         enable_thinking = self.knobs["enable_thinking"]
         image_count = jinja.Namespace(value=0)
         video_count = jinja.Namespace(value=0)
 
-        # L3: {% macro render_content %}
+        # {% macro render_content(content, do_vision_count, is_system_content=false) %}
         def macro_render_content(
             content=jinja.Undefined("content"),
             do_vision_count=jinja.Undefined("do_vision_count"),
             is_system_content=False,
         ):
             parts_ = []
-            # L4: {% if %}
+            # {% if content is string %}
             if isinstance(content, str):
                 parts_.append(str(content))
             elif jinja.is_iterable(content) and not jinja.is_mapping(content):
-                # L7: {% for %}
+                # {% for item in content %}
                 for item in content:
-                    # L8: {% if %}
+                    # {% if 'image' in item or 'image_url' in item or item.type == 'image' %}
                     if "image" in item or "image_url" in item or jinja.getattribute(item, "type") == "image":
-                        # L9: {% if %}
+                        # {% if is_system_content %}
                         if is_system_content:
                             raise jinja.TemplateError("System message cannot contain images.")
-                        # L12: {% if %}
+                        # {% if do_vision_count %}
                         if do_vision_count:
                             image_count.value = image_count.value + 1
-                        # L15: {% if %}
+                        # {% if add_vision_id %}
                         if add_vision_id:
                             parts_.append("Picture " + str(image_count.value) + ": ")
                         parts_.append("<|vision_start|><|image_pad|><|vision_end|>")
                     elif "video" in item or jinja.getattribute(item, "type") == "video":
-                        # L20: {% if %}
+                        # {% if is_system_content %}
                         if is_system_content:
                             raise jinja.TemplateError("System message cannot contain videos.")
-                        # L23: {% if %}
+                        # {% if do_vision_count %}
                         if do_vision_count:
                             video_count.value = video_count.value + 1
-                        # L26: {% if %}
+                        # {% if add_vision_id %}
                         if add_vision_id:
                             parts_.append("Video " + str(video_count.value) + ": ")
                         parts_.append("<|vision_start|><|video_pad|><|vision_end|>")
@@ -105,56 +105,56 @@ class Qwen35Renderer(GeneratedRenderer):
                 raise jinja.TemplateError("Unexpected content type.")
             return jinja.concat(parts_)
 
-        # L42: {% if %}
+        # {% if not messages %}
         if not messages:
             raise jinja.TemplateError("No messages provided.")
-        # L45: {% if %}
+        # {% if tools and tools is iterable and tools is not mapping %}
         if tools and jinja.is_iterable(tools) and not jinja.is_mapping(tools):
             out.append("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>")
-            # L48: {% for %}
+            # {% for tool in tools %}
             for tool in tools:
                 out.append("\n" + jinja.tojson(tool))
             out.append(
                 "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
             )
-            # L54: {% if %}
+            # {% if messages[0].role == 'system' %}
             if messages[0]["role"] == "system":
                 content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
-                # L56: {% if %}
+                # {% if content %}
                 if content:
                     out.append("\n\n")
                     out.append_content(content)
             out.append("<|im_end|>\n")
         else:
-            # L62: {% if %}
+            # {% if messages[0].role == 'system' %}
             if messages[0]["role"] == "system":
                 content = jinja.trim(macro_render_content(messages[0]["content"], False, True))
                 out.append("<|im_start|>system\n")
                 out.append_content(content)
                 out.append("<|im_end|>\n")
         ns = jinja.Namespace(multi_step_tool=True, last_query_index=len(messages) - 1)
-        # L68: {% for %}
+        # {% for message in messages[::-1] %}
         for message_index, message in enumerate(messages[::-1]):
             index = len(messages) - 1 - message_index
-            # L70: {% if %}
+            # {% if ns.multi_step_tool and message.role == "user" %}
             if ns.multi_step_tool and message["role"] == "user":
                 # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_2'
                 content_2 = jinja.trim(macro_render_content(message["content"], False))
-                # L72: {% if %}
+                # {% if not(content.startswith('<tool_response>') and content.endswith('</tool_response>')) %}
                 if not (content_2.startswith("<tool_response>") and content_2.endswith("</tool_response>")):
                     ns.multi_step_tool = False
                     ns.last_query_index = index
-        # L78: {% if %}
+        # {% if ns.multi_step_tool %}
         if ns.multi_step_tool:
             raise jinja.TemplateError("No user query found in messages.")
-        # L81: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(
             messages, lookahead=1, state=(image_count, add_vision_id, video_count, ns)
         ):
             out.mark_message(message)
             # Jinja scoping: 'content' set here is local to this loop or macro, hence 'content_3'
             content_3 = jinja.trim(macro_render_content(message["content"], True))
-            # L83: {% if %} on the message's role
+            # {% if message.role == "system" %} (the role dispatch)
             if message["role"] == "system":
                 self.render_system(out, message_index)
             elif message["role"] == "user":
@@ -166,40 +166,40 @@ class Qwen35Renderer(GeneratedRenderer):
             else:
                 raise jinja.TemplateError("Unexpected message role.")
         out.mark_scaffold()
-        # L147: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
             out.append("<|im_start|>assistant\n")
-            # L149: {% if %}
+            # {% if enable_thinking is defined and enable_thinking is false %}
             if jinja.is_defined(enable_thinking) and enable_thinking is False:
                 out.append("<think>\n\n</think>\n\n")
             else:
                 out.append("<think>\n")
 
     def render_system(self, out, message_index):
-        """The template's system branch of the message loop (lines 83-85)."""
-        # L84: {% if %}
+        """The template's system branch of the message loop."""
+        # {% if not loop.first %}
         if message_index != 0:
             raise jinja.TemplateError("System message must be at the beginning.")
 
     def render_user(self, out, message, content_3):
-        """The template's user branch of the message loop (lines 87-88)."""
+        """The template's user branch of the message loop."""
         out.append("<|im_start|>" + message["role"] + "\n")
         out.append_content(content_3)
         out.append("<|im_end|>\n")
 
     def render_assistant(self, out, message, message_index, content_3, ns):
-        """The template's assistant branch of the message loop (lines 89-130)."""
+        """The template's assistant branch of the message loop."""
         reasoning_content = ""
-        # L91: {% if %}
+        # {% if message.reasoning_content is string %}
         if isinstance(message["reasoning_content"], str):
             reasoning_content = message["reasoning_content"]
         else:
-            # L94: {% if %}
+            # {% if '</think>' in content %}
             if "</think>" in content_3:
                 reasoning_content = content_3.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                 content_3 = content_3.split("</think>")[-1].lstrip("\n")
         reasoning_content = jinja.trim(reasoning_content)
-        # L100: {% if %}
+        # {% if loop.index0 > ns.last_query_index %}
         if message_index > ns.last_query_index:
             out.append("<|im_start|>" + message["role"] + "\n<think>\n")
             out.append_content(reasoning_content)
@@ -208,20 +208,20 @@ class Qwen35Renderer(GeneratedRenderer):
         else:
             out.append("<|im_start|>" + message["role"] + "\n")
             out.append_content(content_3)
-        # L105: {% if %}
+        # {% if message.tool_calls and message.tool_calls is iterable and message.tool_calls is not mapping %}
         if (
             message["tool_calls"]
             and jinja.is_iterable(message["tool_calls"])
             and not jinja.is_mapping(message["tool_calls"])
         ):
-            # L106: {% for %}
+            # {% for tool_call in message.tool_calls %}
             for tool_call_index, tool_call in enumerate(message["tool_calls"]):
-                # L107: {% if %}
+                # {% if tool_call.function is defined %}
                 if jinja.is_defined(tool_call["function"]):
                     tool_call = tool_call["function"]
-                # L110: {% if %}
+                # {% if loop.first %}
                 if tool_call_index == 0:
-                    # L111: {% if %}
+                    # {% if content|trim %}
                     if jinja.trim(content_3):
                         out.append("\n\n<tool_call>\n<function=")
                         out.append_content(tool_call["name"])
@@ -234,9 +234,9 @@ class Qwen35Renderer(GeneratedRenderer):
                     out.append("\n<tool_call>\n<function=")
                     out.append_content(tool_call["name"])
                     out.append(">\n")
-                # L119: {% if %}
+                # {% if tool_call.arguments is defined %}
                 if jinja.is_defined(tool_call["arguments"]):
-                    # L120: {% for %}
+                    # {% for args_name, args_value in tool_call.arguments|items %}
                     for args_name, args_value in jinja.items(tool_call["arguments"]):
                         out.append("<parameter=" + args_name + ">\n")
                         args_value = (
@@ -250,8 +250,8 @@ class Qwen35Renderer(GeneratedRenderer):
         out.append("<|im_end|>\n")
 
     def render_tool(self, out, message_index, messages, content_3):
-        """The template's tool branch of the message loop (lines 131-141)."""
-        # L132: {% if %}
+        """The template's tool branch of the message loop."""
+        # {% if loop.previtem and loop.previtem.role != "tool" %}
         if (messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")) and (
             messages[message_index - 1] if message_index > 0 else jinja.Undefined("previtem")
         )["role"] != "tool":
@@ -259,7 +259,7 @@ class Qwen35Renderer(GeneratedRenderer):
         out.append("\n<tool_response>\n")
         out.append_content(str(content_3))
         out.append("\n</tool_response>")
-        # L138: {% if %}
+        # {% if not loop.last and loop.nextitem.role != "tool" %}
         if (
             message_index != len(messages) - 1
             and (messages[message_index + 1] if message_index + 1 < len(messages) else jinja.Undefined("nextitem"))[

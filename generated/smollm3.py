@@ -40,22 +40,22 @@ class Smollm3Renderer(GeneratedRenderer):
     DEFAULT_THINKING_RETENTION = "template"
 
     def render_template(self, out, messages, tools, documents, add_generation_prompt):
-        """The chat template, statement by statement (``# L<n>`` is its line)."""
+        """The chat template, statement by statement, each comment quoting the statement."""
         enable_thinking = self.knobs["enable_thinking"]
         custom_instructions = jinja.Undefined("custom_instructions")
-        # L5: {% if %}
+        # {% if enable_thinking is not defined %}
         if not jinja.is_defined(enable_thinking):
             enable_thinking = True
-        # L9: {% if %}
+        # {% if enable_thinking %}
         if enable_thinking:
             reasoning_mode = "/think"
         else:
             reasoning_mode = "/no_think"
         out.append("<|im_start|>system\n")
-        # L16: {% if %}
+        # {% if messages[0].role == "system" %}
         if messages[0]["role"] == "system":
             system_message = messages[0]["content"]
-            # L18: {% if %}
+            # {% if "/no_think" in system_message %}
             if "/no_think" in system_message:
                 reasoning_mode = "/no_think"
             elif "/think" in system_message:
@@ -68,7 +68,7 @@ class Smollm3Renderer(GeneratedRenderer):
             + reasoning_mode
             + "\n\n## Custom Instructions\n\n"
         )
-        # L31: {% if %}
+        # {% if custom_instructions %}
         if custom_instructions:
             out.append_content(custom_instructions)
             out.append("\n\n")
@@ -79,11 +79,11 @@ class Smollm3Renderer(GeneratedRenderer):
         else:
             out.append("You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n")
         out.append("<|im_end|>\n")
-        # L40: {% for %}
+        # {% for message in messages %}
         for message_index, message in out.message_loop(messages, state=(reasoning_mode,)):
             out.mark_message(message)
             content = message["content"] if isinstance(message["content"], str) else ""
-            # L42: {% if %} on the message's role
+            # {% if message.role == "user" %} (the role dispatch)
             if message["role"] == "user":
                 self.render_user(out, message, content)
             elif message["role"] == "assistant":
@@ -91,26 +91,26 @@ class Smollm3Renderer(GeneratedRenderer):
             elif message["role"] == "tool":
                 self.render_tool(out, content)
         out.mark_scaffold()
-        # L55: {% if %}
+        # {% if add_generation_prompt %}
         if add_generation_prompt:
-            # L56: {% if %}
+            # {% if reasoning_mode == "/think" %}
             if reasoning_mode == "/think":
                 out.append("<|im_start|>assistant\n")
             else:
                 out.append("<|im_start|>assistant\n<think>\n\n</think>\n")
 
     def render_user(self, out, message, content):
-        """The template's user branch of the message loop (lines 42-43)."""
+        """The template's user branch of the message loop."""
         out.append("<|im_start|>" + message["role"] + "\n" + content + "<|im_end|>\n")
 
     def render_assistant(self, out, reasoning_mode, content):
-        """The template's assistant branch of the message loop (lines 44-48)."""
-        # L45: {% if %}
+        """The template's assistant branch of the message loop."""
+        # {% if reasoning_mode == "/think" %}
         if reasoning_mode == "/think":
             out.append("<|im_start|>assistant\n" + content.lstrip("\n") + "<|im_end|>\n")
         else:
             out.append("<|im_start|>assistant\n<think>\n\n</think>\n" + content.lstrip("\n") + "<|im_end|>\n")
 
     def render_tool(self, out, content):
-        """The template's tool branch of the message loop (lines 50-51)."""
+        """The template's tool branch of the message loop."""
         out.append("<|im_start|>user\n" + content + "<|im_end|>\n")

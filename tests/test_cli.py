@@ -209,8 +209,11 @@ def test_list_prints_one_row_per_model(tmp_path: Path, capsys):
     capsys.readouterr()
     assert main(["list", "--dir", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["model", "module", "sha256", "parity", "turn", "reasoning", "tool", "calls", "retention"]
+    assert lines[0].split() == ["module", "models", "status", "parity", "turn", "reasoning", "tool", "calls", "knobs"]
     row = lines[2].split()
-    assert row[:2] == ["test/tiny-chat", "tiny"] and row[-1] == "template"
+    assert row[:4] == ["tiny", "1", "no", "source"] and row[-1] == "none"  # the template is not in the corpus
     assert "'<{eos_token}>'" in lines[2]  # the close is the tokenizer's eos_token, read when built
     assert lines[-1] == "1 models in 1 modules"
+    assert main(["list", "--dir", str(out), "--format", "markdown"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].startswith("| test/tiny-chat | tiny | ") and rows[2].endswith(" | none | template |")

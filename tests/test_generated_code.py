@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -47,7 +48,58 @@ def problems_in(code: str) -> list[str]:
                 imported[alias.asname or alias.name] = node.lineno
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     problems += [f"line {line}: unused import {name}" for name, line in imported.items() if name not in used]
+    problems += unreachable_statements(tree) + dead_stores(tree) + positional_names(tree) + foreign_imports(tree)
     return problems
+
+
+TERMINAL = (ast.Raise, ast.Return, ast.Break, ast.Continue)
+
+
+def unreachable_statements(tree: ast.AST) -> list[str]:
+    """A statement after a raise / return / break / continue in the same block."""
+    problems = []
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                for statement, following in zip(block, block[1:]):
+                    if isinstance(statement, TERMINAL):
+                        problems.append(f"line {following.lineno}: unreachable after line {statement.lineno}")
+    return problems
+
+
+def dead_stores(tree: ast.AST) -> list[str]:
+    """A local assigned (``x = ...``) in a function that nothing in it (or a nested function) reads."""
+    problems = []
+    for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        read = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store) and name.id not in read:
+                            problems.append(f"line {node.lineno}: {name.id} is assigned and never read ({function.name})")
+    return problems
+
+
+def positional_names(tree: ast.AST) -> list[str]:
+    """A role method named by its position (``render_assistant_2``) rather than by what it handles."""
+    return [
+        f"line {node.lineno}: {node.name} is named by position"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("render_") and re.search(r"_\d+$", node.name)
+    ]
+
+
+def foreign_imports(tree: ast.Module) -> list[str]:
+    """An import from anywhere but rllm_renderers.compiled (another family's module, the runtime's inside)."""
+    return [
+        f"line {node.lineno}: imports {'.' * getattr(node, 'level', 0)}{getattr(node, 'module', '') or ''}"
+        for node in tree.body
+        if isinstance(node, ast.Import)
+        or (isinstance(node, ast.ImportFrom) and (node.level or node.module != "rllm_renderers.compiled"))
+    ]
 
 
 @pytest.mark.parametrize("path", GENERATED, ids=lambda path: path.stem)
@@ -57,14 +109,24 @@ def test_generated_code_reads_like_a_hand_port(path: Path):
 
 def test_the_checks_catch_what_they_look_for():
     bad = (
-        "from rllm_renderers.turns.formats import ReasoningFormat\n"
+        "from rllm_renderers.compiled import ReasoningFormat\n"
         "from rllm_renderers import template_runtime as jinja\n"
+        "from .glm_4_6 import Glm46Renderer\n"
         "x = 'a' + 'b'\ny = x + 'c' + 'd'\n"
         "if jinja.defined(jinja.strftime_now):\n    pass\nelse:\n    pass\n"
         "str(jinja.raise_exception('no'))\n"
+        "def render_assistant_2(out, m):\n"
+        "    unused = 1\n"
+        "    for item in m:\n"
+        "        raise jinja.TemplateError('no')\n"
+        "        out.append(item)\n"
     )
     found = problems_in(bad)
-    assert len(found) == 6, found
+    for what in ("unused import ReasoningFormat", "imports rllm_renderers", "imports .glm_4_6", "unused import Glm46",
+                 "adjacent literals", "dead defined()", "identical if/else", "raise_exception(...))",
+                 "unreachable after", "unused is assigned and never read", "render_assistant_2 is named by position"):
+        assert any(what in problem for problem in found), (what, found)
+    assert len(found) == 12, found
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
@@ -122,29 +184,39 @@ TINY_CHILD = TINY.replace("{{ bos_token }}", "{{ bos_token }}<sys>")
 TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
 
 
-def test_same_template_and_out_folder_give_the_same_bytes_whatever_the_checkout(tmp_path: Path, monkeypatch):
+def test_a_near_copy_is_self_contained_whatever_the_out_folder_or_checkout_holds(tmp_path: Path, monkeypatch):
+    """A template that repeats another's methods gets its own copy of them: no import of the other
+    module, the same bytes into an empty folder as into one holding the near copy, in any checkout."""
     from compiler import pipeline
     from compiler.source import resolve_source
 
-    parent_template, child_template = tmp_path / "a.jinja", tmp_path / "b.jinja"
-    parent_template.write_text(TINY, encoding="utf-8")
-    child_template.write_text(TINY_CHILD, encoding="utf-8")
-    out = tmp_path / "out"
-    parent = resolve_source("test/fam-a", template=parent_template, allow_hub=False)
-    child = resolve_source("test/fam-b", template=child_template, allow_hub=False)
-    pipeline.generate(parent, out, cases=5, seed=0, module="fam_a", special_tokens=TOKENS)
+    first_template, second_template = tmp_path / "a.jinja", tmp_path / "b.jinja"
+    first_template.write_text(TINY, encoding="utf-8")
+    second_template.write_text(TINY_CHILD, encoding="utf-8")
+    first = resolve_source("test/fam-a", template=first_template, allow_hub=False)
+    second = resolve_source("test/fam-b", template=second_template, allow_hub=False)
     outputs = []
-    for checkout in ("empty", "other"):
-        generated = tmp_path / checkout / "generated"
-        generated.mkdir(parents=True)
-        if checkout == "other":  # a checkout whose generated/ holds another candidate parent
+    for name in ("empty", "holding_the_near_copy"):
+        out = tmp_path / name / "out"
+        if name == "holding_the_near_copy":
+            pipeline.generate(first, out, cases=5, seed=0, module="fam_a", special_tokens=TOKENS)
+            generated = tmp_path / name / "generated"  # a checkout whose generated/ holds it too
+            generated.mkdir()
             shutil.copy(out / "fam_a.py", generated / "fam_0.py")
-        monkeypatch.setattr(pipeline, "GENERATED_DIR", generated)
-        path, _, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS)
+            monkeypatch.setattr(pipeline, "GENERATED_DIR", generated)
+        path, _, _ = pipeline.generate(second, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS)
         outputs.append(path.read_bytes())
     assert outputs[0] == outputs[1]
-    # an explicitly named parent: imported from the same folder, as an import statement
-    path, _, _ = pipeline.generate(child, out, cases=5, seed=0, module="fam_b", special_tokens=TOKENS, parent_module="fam_a")
-    code = path.read_text(encoding="utf-8")
-    assert "from .fam_a import FamARenderer" in code and "class FamBRenderer(FamARenderer):" in code
-    assert "def render_user" not in code
+    code = outputs[0].decode()
+    assert "class FamBRenderer(GeneratedRenderer):" in code and "def render_user(" in code
+    assert foreign_imports(ast.parse(code)) == []
+
+
+def test_black_mode_is_the_repository_configuration():
+    import tomllib
+
+    from compiler.emit import BLACK_MODE
+
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["black"]
+    assert BLACK_MODE.line_length == settings["line-length"]
+    assert {version.name.lower() for version in BLACK_MODE.target_versions} == set(settings["target-version"])

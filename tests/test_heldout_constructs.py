@@ -24,7 +24,7 @@ def compile_inline(tmp_path: Path, name: str, template: str, cases: int = 30):
     """Compile ``template`` with no tokenizer and verify it; return (class, compiled)."""
     path = tmp_path / f"{name}.jinja"
     path.write_text(template, encoding="utf-8")
-    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False), ladder_dir=None)
+    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False))
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     report = verify_compiled(renderer_class, compiled, cases=cases, seed=0)
     assert report.ok, report.failure.report()
@@ -190,7 +190,7 @@ def test_a_template_that_renders_nothing_is_not_verified(tmp_path):
     """Agreeing that every conversation is refused proves nothing about rendering."""
     path = tmp_path / "refuses_all.jinja"
     path.write_text("{{ raise_exception('this template renders nothing') }}", encoding="utf-8")
-    compiled = compile_source(resolve_source("test/refuses_all", template=path, allow_hub=False), ladder_dir=None)
+    compiled = compile_source(resolve_source("test/refuses_all", template=path, allow_hub=False))
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     report = verify_compiled(renderer_class, compiled, cases=10, seed=0)
     assert not report.ok

@@ -30,9 +30,7 @@ TINY = (
 def compiled_class(tmp_path: Path, source: str) -> type:
     template = tmp_path / "tiny.jinja"
     template.write_text(source, encoding="utf-8")
-    compiled = compile_source(
-        resolve_source("test/tiny", template=template, allow_hub=False), special_tokens=TOKENS, ladder_dir=None
-    )
+    compiled = compile_source(resolve_source("test/tiny", template=template, allow_hub=False), special_tokens=TOKENS)
     return load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
 
 

@@ -59,7 +59,7 @@ def compile_inline(tmp_path: Path, name: str, template: str):
     """Compile ``template`` with no tokenizer, verify it structurally, return (class, compiled)."""
     path = tmp_path / f"{name}.jinja"
     path.write_text(template, encoding="utf-8")
-    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False), ladder_dir=None)
+    compiled = compile_source(resolve_source(f"test/{name}", template=path, allow_hub=False))
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     report = verify_compiled(renderer_class, compiled, cases=25, seed=0)
     assert report.ok, report.failure.report()
@@ -207,7 +207,7 @@ def test_baked_special_tokens_are_checked(tmp_path):
     path = tmp_path / "baked.jinja"
     path.write_text(SPECIAL_TOKEN_CLOSE, encoding="utf-8")
     source = resolve_source("test/baked", template=path, allow_hub=False)
-    compiled = compile_source(source, special_tokens={"bos_token": "<s>", "eos_token": "</s>"}, ladder_dir=None)
+    compiled = compile_source(source, special_tokens={"bos_token": "<s>", "eos_token": "</s>"})
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     assert renderer_class.SPECIAL_TOKENS == {"bos_token": "<s>", "eos_token": "</s>"}
     assert renderer_class.TURN.close == "</s>"

@@ -19,10 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-
 from ..analysis import compared_roles, parse_template
-from ..conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
+from ..conversations import Case, ConversationFeatures, drawn_cases, fixed_edge_cases
 from ..oracle import OracleRejected, TemplateOracle
 
 
@@ -123,18 +121,7 @@ def cross_check(
     for case in fixed_edge_cases(features):  # deterministic cases first, so every shape is present
         check(case)
 
-    @settings(
-        max_examples=cases,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.generate],
-    )
-    @seed(seed_value)
-    @given(conversation_cases(features))
-    def run(case: Case) -> None:
+    for case in drawn_cases(features, cases, seed_value):
         check(case)
-
-    run()
     return result
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from jinja2 import nodes
 
 from . import ir
+from ..template_tags import tag_texts
 from .cleanups import clean
 from .lower import RESERVED_NAMES, TEMPLATE_INPUTS, Lowering, TemplateNames
 from .resumable import make_resumable
@@ -19,9 +20,12 @@ from .resumable import make_resumable
 __all__ = ["RESERVED_NAMES", "TEMPLATE_INPUTS", "TemplateNames", "translate", "ir"]
 
 
-def translate(template: nodes.Template, template_name: str, names: TemplateNames) -> ir.Program:
+def translate(
+    template: nodes.Template, template_name: str, names: TemplateNames, source: str | None = None
+) -> ir.Program:
     """The template as IR: the body of ``render_template`` and the class's other methods, cleaned,
-    with its message loop resumable where that is exact (``program.resumption`` says)."""
-    program = clean(Lowering(template_name, names).lower_template(template))
+    with its message loop resumable where that is exact (``program.resumption`` says). With the
+    template's ``source``, comments quote its statements (``{% if tools %}``)."""
+    program = clean(Lowering(template_name, names, tag_texts(template, source)).lower_template(template))
     program.resumption = make_resumable(program, set(TEMPLATE_INPUTS) | set(names.knobs.values()))
     return program

@@ -18,17 +18,77 @@ IS_DEFINED = f"jinja.{template_runtime.TESTS['defined'].__name__}"
 
 
 def clean(program: ir.Program) -> ir.Program:
-    program.body = clean_block(program.body)
+    program.body = drop_dead_stores(clean_block(program.body))
     for method in program.methods:
-        method.body = clean_block(method.body)
+        method.body = drop_dead_stores(clean_block(method.body))
     return program
+
+
+#: Statements after which nothing in the same block runs.
+TERMINAL = (ir.Raise, ir.Return, ir.Break, ir.Continue)
 
 
 def clean_block(body: list[ir.Stmt]) -> list[ir.Stmt]:
     result: list[ir.Stmt] = []
     for statement in body:
         result += clean_statement(statement)
+        if result and isinstance(result[-1], TERMINAL):
+            break  # `{{ raise_exception(...) }}` then more text: the text can never be written
     return result
+
+
+#: Expression nodes whose evaluation cannot fail or have an effect.
+PURE_NODES = (
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.USub,
+    ast.UAdd,
+    ast.Not,
+)
+
+
+def drop_dead_stores(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """``body`` without assignments of a side-effect-free value to a name nothing in it reads (a
+    ``set`` inside a loop that Jinja's scoping makes local and nothing reads afterwards)."""
+    while True:
+        read: set[str] = set()
+        for statement in ir.walk_statements(body):
+            for expression in ir.expressions_of(statement):
+                read |= ir.names_read(expression)
+            if isinstance(statement, ir.Append):
+                read.add(statement.output.split(".")[0])
+        dead = [
+            statement
+            for statement in ir.walk_statements(body)
+            if isinstance(statement, ir.Assign)
+            and isinstance(statement.target, ast.Name)
+            and statement.target.id not in read
+            and all(isinstance(node, PURE_NODES) for node in ast.walk(statement.value))
+        ]
+        if not dead:
+            return body
+        body = without(body, {id(statement) for statement in dead})
+
+
+def without(body: list[ir.Stmt], dropped: set[int]) -> list[ir.Stmt]:
+    kept: list[ir.Stmt] = []
+    for statement in body:
+        if id(statement) in dropped:
+            if statement.note:  # say why the template's `set` has no code: Jinja keeps it local here
+                kept.append(ir.Comment(0, statement.note.split(", hence")[0] + ", and nothing reads it"))
+            continue
+        if isinstance(statement, ir.If):
+            statement.body, statement.orelse = without(statement.body, dropped), without(statement.orelse, dropped)
+        elif isinstance(statement, (ir.For, ir.Function)):
+            statement.body = without(statement.body, dropped)
+        kept.append(statement)
+    return kept
 
 
 def clean_statement(statement: ir.Stmt) -> list[ir.Stmt]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from ..template_tags import comment_text
 from . import ir
 
 INDENT = "    "
@@ -59,7 +60,7 @@ def _parameters(parameters: list[ir.Parameter], varargs: str | None, kwargs: str
 def _statement(statement: ir.Stmt, depth: int) -> list[str]:
     pad = INDENT * depth
     if isinstance(statement, ir.Comment):
-        return [f"{pad}# L{statement.line}: {statement.text}"]
+        return [f"{pad}# {comment_text(statement.text)}"]
     if isinstance(statement, ir.Append):
         lines = []
         plain: list[ast.expr] = []
@@ -87,7 +88,7 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
     if isinstance(statement, ir.Return):
         return [f"{pad}return {unparse(statement.value)}"]
     if isinstance(statement, ir.If):
-        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        lines = [f"{pad}# {comment_text(statement.label)}"] if statement.line is not None else []
         lines.append(f"{pad}if {unparse(statement.test)}:")
         lines += statement_lines(statement.body, depth + 1)
         orelse = statement.orelse
@@ -100,7 +101,7 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
             lines += statement_lines(orelse, depth + 1)
         return lines
     if isinstance(statement, ir.For):
-        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        lines = [f"{pad}# {comment_text(statement.label)}"] if statement.line is not None else []
         if isinstance(statement.target, ast.Tuple):  # `for i, (a, b) in ...`, not `for (i, (a, b)) in ...`
             target = ", ".join(unparse(element) for element in statement.target.elts)
         else:
@@ -108,7 +109,7 @@ def _statement(statement: ir.Stmt, depth: int) -> list[str]:
         lines.append(f"{pad}for {target} in {unparse(statement.iter)}:")
         return lines + statement_lines(statement.body, depth + 1)
     if isinstance(statement, ir.Function):
-        lines = [f"{pad}# L{statement.line}: {statement.label}"] if statement.line is not None else []
+        lines = [f"{pad}# {comment_text(statement.label)}"] if statement.line is not None else []
         parameters = _parameters(statement.parameters, statement.varargs, statement.kwargs, False)
         lines.append(f"{pad}def {statement.name}({parameters}):")
         return lines + statement_lines(statement.body, depth + 1)

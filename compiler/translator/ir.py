@@ -15,7 +15,8 @@ from typing import Union
 
 @dataclass
 class Comment:
-    """``# L<line>: <text>``: where a statement came from in the template."""
+    """``# <text>``: where a statement came from in the template (its own text, ``{% if tools %}``;
+    ``line`` is kept for error messages only, never printed: it moves when the template gains a line)."""
 
     line: int
     text: str

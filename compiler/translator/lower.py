@@ -42,6 +42,8 @@ from .expressions import (
     string_checked_name,
     undefined,
 )
+from .branch_names import branch_method_name, digest_name, header_name, loop_name
+from .emit_py import statement_lines
 from .index_loops import as_message_loop
 from .ir import Piece, attribute, call, const, jinja, name, store
 from .scopes import (
@@ -90,9 +92,10 @@ def pure_macros(hoisted: dict[str, str], macros: dict[str, Counter[str]]) -> set
 class Lowering(ExpressionLowering, ValueKinds):
     """Builds the IR of a template body; see the module docstring."""
 
-    def __init__(self, template_name: str, names: TemplateNames) -> None:
+    def __init__(self, template_name: str, names: TemplateNames, tags: dict[int, str] | None = None) -> None:
         ValueKinds.__init__(self)
         self.template_name = template_name
+        self.tags = tags or {}  # id(node) -> the statement's own text (see compiler.template_tags)
         self.names = names
         self.body: list[ir.Stmt] = []  # the block statements are added to
         self.scope = Scope()
@@ -122,6 +125,10 @@ class Lowering(ExpressionLowering, ValueKinds):
 
     def comment(self, node: nodes.Node, text: str) -> None:
         self.add(ir.Comment(node.lineno, text))
+
+    def tag(self, node: nodes.Node, generic: str) -> str:
+        """The statement's own text (``{% if tools %}``), or ``generic`` (``{% if %}``) without it."""
+        return self.tags.get(id(node), generic)
 
     def lower_block(self, body: list[nodes.Node]) -> list[ir.Stmt]:
         """``body``'s statements as a new IR block (the current block is left as it was)."""
@@ -310,7 +317,7 @@ class Lowering(ExpressionLowering, ValueKinds):
     def stmt_If(self, node: nodes.If) -> None:
         self.add(self.if_chain(node, lambda body, test: self.lower_block(body)))
 
-    def if_chain(self, node: nodes.If, lower_body, label: str = "{% if %}") -> ir.If:
+    def if_chain(self, node: nodes.If, lower_body, label: str | None = None) -> ir.If:
         """The ``if`` / ``elif`` / ``else`` chain of ``node``, each body lowered by ``lower_body(body, test)``."""
         tests = [node.test] + [elif_node.test for elif_node in node.elif_]
         bodies = [node.body] + [elif_node.body for elif_node in node.elif_]
@@ -327,7 +334,7 @@ class Lowering(ExpressionLowering, ValueKinds):
                 link.body = lower_body(body, test)
             if chain is None:
                 chain = link
-                chain.line, chain.label = node.lineno, label
+                chain.line, chain.label = node.lineno, label or self.tag(node, "{% if %}")
             else:
                 last.orelse = [link]
             last = link
@@ -399,16 +406,17 @@ class Lowering(ExpressionLowering, ValueKinds):
         by_message = as_message_loop(node, self.is_message_source)
         if by_message is not None:
             index = node.target.name
-            self.comment(node, f"{{% for %}} over the positions of the messages, each read first: a loop over them ({index} is its index)")
+            tag = self.tag(node, "{% for %}")
+            self.comment(node, f"{tag}: over the positions of the messages, each read first: a loop over them ({index} is its index)")
             node = by_message
         else:
-            self.comment(node, "{% for %}")
+            self.comment(node, self.tag(node, "{% for %}"))
         self.lower_for(node, self.expr(node.iter))
 
     def recursive_loop(self, node: nodes.For) -> None:
         """``{% for x in xs recursive %}...{{ loop(x.children) }}...{% endfor %}``: the loop is a
         function of its items and depth, and ``loop(...)`` calls it again one level deeper."""
-        self.comment(node, "{% for ... recursive %}: loop(...) renders its items one level deeper")
+        self.comment(node, f"{self.tag(node, '{% for ... recursive %}')}: loop(...) renders its items one level deeper")
         function = self.fresh_name("render_loop")
         items, depth = self.fresh_name("loop_items"), self.fresh_name("depth")
         parts = self.fresh_name("parts")
@@ -513,12 +521,12 @@ class Lowering(ExpressionLowering, ValueKinds):
 
         def branch(body: list[nodes.Node], test: nodes.Node) -> list[ir.Stmt]:
             roles = branch_topics(test, loop.target.name)
-            extracted = self.extract_branch(body, roles, loop, read_later, test.lineno)
+            extracted = self.extract_branch(body, roles, loop, read_later, test)
             return extracted if extracted is not None else self.lower_block(body)
 
-        self.add(self.if_chain(node, branch, label="{% if %} on the message's role"))
+        self.add(self.if_chain(node, branch, label=f"{self.tag(node, '{% if %}')} (the role dispatch)"))
 
-    def extract_branch(self, body, roles: list[str], loop, read_later: set[str], line: int) -> list[ir.Stmt] | None:
+    def extract_branch(self, body, roles: list[str], loop, read_later: set[str], test: nodes.Node) -> list[ir.Stmt] | None:
         """``body`` as a method, and the block calling it; None when that is unsafe.
 
         ``read_later``: the names the statements after this one in the loop body read."""
@@ -534,7 +542,6 @@ class Lowering(ExpressionLowering, ValueKinds):
             return None  # loop.changed() keeps state across iterations in a render_template local
         if assigned_names(body) & read_later:
             return None  # the branch sets something the rest of the iteration reads
-        method_name = self.fresh_method_name("render_" + "_or_".join(roles))
         enclosing = self.scope.visible_python_names() | self.bound_locals()  # before the body adds its own
         method_body = self.lower_block(body)
         # names the branch sets before any read are the method's own locals; everything else it reads
@@ -548,27 +555,33 @@ class Lowering(ExpressionLowering, ValueKinds):
         # the message and its loop index first, then the rest in order of first use
         leading = [self.scope.lookup(loop.target.name), self.loops[-1].index]
         parameters = [p for p in leading if p in parameters] + [p for p in parameters if p not in leading]
-        end_line = max(
-            [statement.lineno for statement in body]
-            + [n.lineno for statement in body for n in statement.find_all(nodes.Node) if n.lineno]
+        writes_only_text = not parameters and all(
+            isinstance(statement, ir.Comment)
+            or (isinstance(statement, ir.Append) and all(isinstance(piece.value, ast.Constant) for piece in statement.pieces))
+            for statement in method_body
         )
+        wanted = header_name(branch_method_name(test, loop.target.name, roles), writes_only_text)
+        if wanted in self.method_names:  # a second dispatch over the role: its loop's list tells it apart
+            wanted = loop_name(wanted, loop.iter.name if isinstance(loop.iter, nodes.Name) else None) or wanted
+        method_name = self.fresh_method_name(wanted, method_body)
         self.methods.append(
             ir.Method(
                 method_name,
                 [ir.Parameter("out"), *(ir.Parameter(p) for p in parameters)],
                 method_body,
-                f"The template's {' / '.join(roles)} branch of the message loop (lines {line}-{end_line}).",
+                f"The template's {' / '.join(roles)} branch of the message loop.",
                 role_branch=True,
             )
         )
         arguments = [name("out"), *(name(p) for p in parameters)]
         return [ir.ExprStmt(call(attribute(name("self"), method_name), *arguments))]
 
-    def fresh_method_name(self, wanted: str) -> str:
-        candidate, counter = wanted, 1
+    def fresh_method_name(self, wanted: str, body: list[ir.Stmt] | None = None) -> str:
+        """``wanted``, or when a method has it already, ``wanted`` and a digest of ``body`` (never a
+        position: a name must not move when another branch does)."""
+        candidate, code = wanted, "\n".join(statement_lines(body or [], 0))
         while candidate in self.method_names:
-            counter += 1
-            candidate = f"{wanted}_{counter}"
+            candidate = digest_name(candidate, code)
         self.method_names.add(candidate)
         return candidate
 
@@ -590,13 +603,12 @@ class Lowering(ExpressionLowering, ValueKinds):
                 function = self.function(node, method, "")
             finally:
                 self.scope, self.used_names = saved_scope, saved_used
-            end_line = max(n.lineno for n in node.find_all(nodes.Node) if n.lineno) if node.body else node.lineno
             self.methods.append(
                 ir.Method(
                     method,
                     function.parameters,
                     function.body,
-                    f"The template's macro {node.name} (lines {node.lineno}-{end_line}).",
+                    f"The template's macro {node.name}.",
                     varargs=function.varargs,
                     kwargs=function.kwargs,
                     memoized=node.name in self.pure_macros,
@@ -610,7 +622,7 @@ class Lowering(ExpressionLowering, ValueKinds):
             function = self.fresh_name(f"macro_{node.name}")
         self.macros[node.name] = function
         self.scope.names[node.name] = function
-        self.add(self.function(node, function, f"{{% macro {node.name} %}}"))
+        self.add(self.function(node, function, self.tag(node, f"{{% macro {node.name} %}}")))
 
     def function(self, node: nodes.Macro | nodes.CallBlock, function: str, label: str) -> ir.Function:
         """A macro (or a call block's ``caller``) as a nested function returning its text."""
@@ -673,7 +685,7 @@ class Lowering(ExpressionLowering, ValueKinds):
         if not isinstance(call_node, nodes.Call) or call_node.dyn_args or call_node.dyn_kwargs:
             raise self.error(node, "cannot translate this {% call %} block")
         caller = self.fresh_name("caller")
-        self.add(self.function(node, caller, "{% call %}: its body is the macro's caller()"))
+        self.add(self.function(node, caller, f"{self.tag(node, '{% call %}')}: its body is the macro's caller()"))
         with_caller = nodes.Call(
             call_node.node, call_node.args, [*call_node.kwargs, nodes.Keyword("caller", nodes.Name(caller, "load"))],
             None, None, lineno=call_node.lineno,
