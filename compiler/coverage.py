@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import unicodedata
 from pathlib import Path
 
 from .analysis import parse_template, template_sha256
@@ -137,6 +138,11 @@ def columns_of(records: list[dict], columns: tuple[str, ...]) -> tuple[str, ...]
     return (*columns, "parent") if any("parent" in record for record in records) else columns
 
 
+def columns(text: str) -> int:
+    """How many terminal columns ``text`` takes: wide and full-width characters (``｜``) take two."""
+    return sum(2 if unicodedata.east_asian_width(character) in "WF" else 1 for character in text)
+
+
 def format_table(records: list[dict], width: int = DEFAULT_WIDTH) -> str:
     """The records as an aligned table no wider than ``width`` (the widest cells shortened), with
     the tool-call column reduced to the call style (the markdown and json forms give it whole)."""
@@ -149,7 +155,7 @@ def format_table(records: list[dict], width: int = DEFAULT_WIDTH) -> str:
         row_of({**record, "models": str(record["models"]), "tool calls": record["tool calls"].split(":")[0]}, header)
         for record in modules
     ]
-    widths = [max(len(row[column]) for row in [list(header), *rows]) for column in range(len(header))]
+    widths = [max(columns(row[column]) for row in [list(header), *rows]) for column in range(len(header))]
     separators = 2 * (len(header) - 1)
     while sum(widths) + separators > width:
         # the widest cell is shortened first; the module name (what resolve(renderer=...) takes) last
@@ -160,10 +166,15 @@ def format_table(records: list[dict], width: int = DEFAULT_WIDTH) -> str:
         widths[widest] -= 1
 
     def fitted(cell: str, size: int) -> str:
-        return cell if len(cell) <= size else cell[: size - 1] + "~"
+        """``cell`` shortened (with ``~``) and padded to ``size`` terminal columns."""
+        if columns(cell) > size:
+            while columns(cell) > size - 1:
+                cell = cell[:-1]
+            cell += "~"
+        return cell + " " * (size - columns(cell))
 
     table = [list(header), *rows]
-    lines = ["  ".join(fitted(cell, size).ljust(size) for cell, size in zip(row, widths)).rstrip() for row in table]
+    lines = ["  ".join(fitted(cell, size) for cell, size in zip(row, widths)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * size for size in widths))
     return "\n".join(lines)
 

@@ -124,7 +124,7 @@ def test_a_hostile_template_string_stays_inside_the_docstring(tmp_path: Path, ca
         "class R(GeneratedRenderer):\n    def f(self, x: open('f')):\n        pass",
         "from os import system",
         "from .glm_4_6 import Glm46Renderer",  # another family's module: every module is self-contained
-        "from rllm_renderers.base import TurnFormat",  # the runtime's inside, not its surface for generated code
+        "from rllm_renderers.core.base import TurnFormat",  # the runtime's inside, not its surface for generated code
         "@print\nclass R(GeneratedRenderer):\n    pass",
     ],
 )
