@@ -31,7 +31,7 @@ from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
-from .probes import ProbeFacts, probe
+from .probes import ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
@@ -121,11 +121,32 @@ def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> Pro
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     markers = added_token_strings(tokenizer, facts, placeholders, prepared.markers)
     turn = probe(renderer, markers, eos)
+    turn = with_knob_stops(turn, renderer_class, prepared, features, markers)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
 
 
 STABILITY_CASES = 150
+
+
+def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, features, markers) -> ProbeFacts:
+    """``turn`` with the tool-calling turns' closes under every knob value, not only the base ones
+    (Llama 3.1 ends a call with ``<|eom_id|>`` when ``builtin_tools`` is set)."""
+    from .fact_proof import knob_settings
+
+    if turn.turn is None or not turn.turn.close.strip():
+        return turn
+    stops = list(turn.turn.stop_tokens)
+    for settings in list(knob_settings(features))[1:]:
+        try:
+            renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
+            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close)
+        except ValueError:
+            continue
+        stops += [close for close in closes if close not in stops]
+    if len(stops) == len(turn.turn.stop_tokens):
+        return turn
+    return dataclasses.replace(turn, turn=dataclasses.replace(turn.turn, stop_tokens=tuple(stops)))
 
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
@@ -189,6 +210,7 @@ def _compile_source(source, module, special_tokens, ladder_dir, parent_module) -
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )
     turn = learn_turn_format(first_pass, prepared, features)
+    turn = proven(turn, first_pass, prepared)
     code = emit_module(facts, spec, turn)
     if parent_module is not None:
         if ladder_dir is None:
@@ -359,3 +381,32 @@ def ensure_importable() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     if IN_CHECKOUT and root not in sys.path:
         sys.path.insert(0, root)
+
+
+def with_facts(renderer_class: type, turn: ProbeFacts) -> type:
+    """``renderer_class`` (a first pass) with the turn facts ``turn`` holds, as the emitted class has them."""
+    constants = {"TURN": turn.turn, "REASONING": turn.reasoning, "TOOL_CALLS": turn.tool_calls}
+    return type(renderer_class.__name__, (renderer_class,), {**constants, "UNLEARNED": dict(turn.unlearned)})
+
+
+def proven(turn: ProbeFacts, first_pass: type, prepared: Prepared) -> ProbeFacts:
+    """``turn`` with each fact that fails its proof (:mod:`compiler.fact_proof`) unlearned, with the reason."""
+    proof = prove_class_facts(with_facts(first_pass, turn), prepared)
+    if not proof.failed:
+        return turn
+    unlearned = {**turn.unlearned, **{fact: f"proof failed: {why}" for fact, why in proof.failed.items()}}
+    return dataclasses.replace(turn, unlearned=unlearned)
+
+
+def prove_class_facts(renderer_class: type, prepared: Prepared) -> "FactProof":
+    """Prove the stops and the parse of ``renderer_class`` on the template's renders (:mod:`compiler.fact_proof`)."""
+    from .fact_proof import prove_facts
+    from .markers import template_literals
+
+    features = features_for(
+        renderer_class, knob_candidates(prepared.facts.ast, prepared.facts.knobs), compared_roles(prepared.facts.ast),
+        prepared.placeholders,
+    )
+    return prove_facts(
+        renderer_class, prepared.check_tokenizer, prepared.placeholders, features, template_literals(prepared.facts.ast)
+    )

@@ -174,10 +174,13 @@ class Prober:
         prompt = self.generation_prompt_context()
         full = self.render([USER, assistant])
         if prompt is None or full is None or not full.startswith(prompt):
-            # Some templates emit part of the prompt differently (e.g. a prefilled <think>); compare on
-            # the longest common prefix instead.
             if prompt is None or full is None:
                 return None
+            sampled = after_prompt(prompt, full)  # a header spaced otherwise in the prompt
+            if sampled is not None:
+                return sampled
+            # Some templates emit part of the prompt differently (e.g. a prefilled <think>); compare on
+            # the longest common prefix instead.
             common = back_to_boundary(common_prefix(prompt, full))
             return full[len(common) :]
         return full[len(prompt) :]
@@ -980,6 +983,25 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
 
 
 # --- string helpers ------------------------------------------------------------------
+
+
+def after_prompt(prompt: str, full: str) -> str | None:
+    """What the model samples after ``prompt`` for the turn ``full`` renders: ``full`` past the
+    prompt; where the prompt's header is spaced differently from the turn's (a template whose
+    generation prompt keeps the indentation a ``{{-`` would strip), past the header without it.
+    None when the render does not continue the prompt (a prefilled block the turn writes otherwise)."""
+    if full.startswith(prompt):
+        return full[len(prompt) :]
+    shared = 0
+    while shared < min(len(prompt), len(full)) and prompt[shared] == full[shared]:
+        shared += 1
+    header = prompt[shared:].strip()
+    rest = full[shared:].lstrip()
+    tail = prompt[len(prompt.rstrip()) :]  # (the whitespace the prompt ends with, which the model saw)
+    if not header or not rest.startswith(header + tail) or prompt[shared:].startswith(header):
+        return None
+    return rest[len(header + tail) :]
+
 
 
 def reasoning_block(with_reasoning: str | None, without: str | None) -> str | None:
