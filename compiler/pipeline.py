@@ -286,11 +286,14 @@ def load_generated_file(path: Path) -> type:
 
 
 def verify_compiled(
-    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None
+    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None, prove: bool = True
 ) -> VerificationReport:
     """Check the class against its template, or against ``oracle`` (a reference that is not the
-    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied)."""
-    return verify(
+    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied).
+    Against the template, the class's learned facts are proven too (``prove``): its stops and
+    parse (:mod:`compiler.fact_proof`) and its bridge on the verified conversations
+    (:mod:`compiler.bridge_proof`, at most ``BRIDGE_CASES`` of them)."""
+    report = verify(
         renderer_class,
         prepared.oracle if oracle is None else oracle,
         tokenizer=prepared.check_tokenizer,
@@ -301,6 +304,24 @@ def verify_compiled(
         template_roles=compared_roles(prepared.facts.ast),
         keep_going=oracle is not None,
     )
+    if oracle is None and prove and report.failure is None:
+        from .bridge_proof import bridge_counts
+
+        report.facts = prove_class_facts(renderer_class, prepared)
+        report.bridge, report.bridge_examples = bridge_counts(
+            renderer_class, prepared.check_tokenizer, prepared.oracle, prepared.placeholders,
+            report.verified_cases[:BRIDGE_CASES],
+        )
+    return report
+
+
+#: Verified conversations the bridge differential plays (per retention mode).
+BRIDGE_CASES = 60
+
+
+def failure_text(report: VerificationReport) -> str:
+    """What a report that is not ok found: the render mismatch, else the learned facts' proof."""
+    return report.failure.report() if report.failure is not None else f"mismatch: {report.problem()}"
 
 
 def reference_oracle(name: str | None, prepared: Prepared) -> Any:
@@ -334,7 +355,7 @@ def generate(
     with template_fault(source.display_name, source.source):
         report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
-        raise VerificationError(report.failure.report(), template=compiled.facts.name)
+        raise VerificationError(failure_text(report), template=compiled.facts.name)
     try:
         reference = reference_oracle(oracle, compiled)
     except OracleUnavailable as exc:

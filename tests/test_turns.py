@@ -28,7 +28,7 @@ from tests.families import (
     assert_turns_checked,
     with_gaps,
 )
-from tests.turn_sampling import THOUGHT, reasoned_turn, sampled_turn
+from compiler.turn_sampling import THOUGHT, reasoned_turn, sampled_turn
 
 SETTINGS = settings(
     max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)

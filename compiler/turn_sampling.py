@@ -1,4 +1,4 @@
-"""What a model samples for an assistant turn, read off the template (shared by the turn-level tests)."""
+"""What a model samples for an assistant turn, read off the template (the bridge proof and the turn-level tests)."""
 
 from __future__ import annotations
 
