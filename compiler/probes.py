@@ -321,7 +321,7 @@ class Prober:
             if found is None or needle not in found[0][found[1] :]:
                 continue
             text, start = found
-            header = text[start : text.index(needle, start)]
+            header = self.steady_part(messages, text[start : text.index(needle, start)], needle)
             marker = first_added_token(header, self.added_tokens)
             if marker is None:
                 # A header without a marker (Apertus opens tool results with a bare `[`) is a stop
@@ -332,6 +332,17 @@ class Prober:
             if marker and marker not in headers:
                 headers.append(marker)
         return headers
+
+    def steady_part(self, messages: list[dict], header: str, needle: str) -> str:
+        """``header`` (of the last of ``messages``, after USER) up to where it differs from the same
+        message's header a round later: a header that carries a counter (``[Round 2]``) is a stop
+        only in its part that does not change (``[Round ``)."""
+        found = self.last_message_start([USER, *messages, *messages])
+        if found is None or needle not in found[0][found[1] :]:
+            return header
+        text, start = found
+        later = text[start : text.index(needle, start)]
+        return header if later == header else common_prefix(header, later)
 
     def tool_call_closes(self, close: str) -> list[str]:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""

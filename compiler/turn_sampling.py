@@ -6,6 +6,7 @@ import json
 import os
 
 from rllm_renderers.bridge import close_end, first_stop_end
+from rllm_renderers.parsing import decoded_prefix_lengths, token_index_at
 
 
 def sampled_turn(renderer, history, assistant, tools, new=None):
@@ -33,12 +34,26 @@ def sampled_turn(renderer, history, assistant, tools, new=None):
     stops = set(renderer.get_stop_token_ids())
     completion = full[len(prompt) :]
     close = next((k for k, token in enumerate(completion) if token in stops), None)
+    text_close = text_stop_token(renderer, completion)
+    if text_close is not None and (close is None or text_close < close):
+        close = text_close
     if close is None or writes_a_stop(renderer, assistant):
         return None
     header = renderer.generation_prompt().strip()
     if closed and header and header in renderer.decode(completion[close + 1 :]):
         return None
     return prompt, completion[: close + 1]
+
+
+def text_stop_token(renderer, completion: list[int]) -> int | None:
+    """The index of the token that completes the first stop string not a single token (``USER:``,
+    ``[Round``) in the decoded ``completion``, or None: an engine that stops on text stops there."""
+    text_stops = renderer._parse_facts().text_stops
+    text = renderer.decode(completion)
+    found = [text.find(stop) + len(stop) for stop in text_stops if stop and stop in text]
+    if not found:
+        return None
+    return token_index_at(decoded_prefix_lengths(renderer._decode, completion), min(found)) - 1
 
 
 def writes_a_stop(renderer, assistant) -> bool:
