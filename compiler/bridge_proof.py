@@ -40,6 +40,8 @@ class BridgeProof:
         self.renderers: dict[str, object] = {}
         self.counts: Counter = Counter()
         self.examples: list[str] = []
+        self.wrong_examples: list[str] = []  # the first wrong answers, with their bridge point
+        self.point: tuple = ()  # the bridge point being checked: (history, sampled turn, new messages, completion)
 
     def renderer(self, knobs: dict):
         key = repr(sorted(knobs.items()))
@@ -136,21 +138,26 @@ class BridgeProof:
         return not any(index == len(history) + 1 for _, index in spans)
 
     def answers_depend_on_call_ids(self, renderer, completion, history, assistant, new, tools) -> bool:
-        """Whether the new tool results render differently when the sampled calls (whose ids the
-        completion does not carry) had their ids in another order: the ids alone cannot tell."""
+        """Whether the new tool results render differently (text, or the messages it is read from) when
+        the sampled calls, whose ids the completion does not carry, had other ids (theirs reversed, or
+        the ones a bridge would make up): the tokens alone cannot tell."""
         calls = assistant.get("tool_calls") or []
-        if len(calls) < 2 or any(call.id for call in renderer.parse_response(completion, tools=tools).tool_calls):
+        if not calls or any(call.id for call in renderer.parse_response(completion, tools=tools).tool_calls):
             return False
-        swapped = {**assistant, "tool_calls": [{**call, "id": calls[-1 - k].get("id")} for k, call in enumerate(calls)]}
-        try:
-            return renderer.render_ids(history + [swapped] + new, tools=tools) != renderer.render_ids(
-                history + [assistant] + new, tools=tools
-            )
-        except ValueError:
-            return True
+        expected = renderer._render_output(history + [assistant] + new, tools, False)
+        for ids in ([call.get("id") for call in reversed(calls)], [f"call_{k}" for k in range(len(calls))]):
+            other = {**assistant, "tool_calls": [{**call, "id": ids[k]} for k, call in enumerate(calls)]}
+            try:
+                output = renderer._render_output(history + [other] + new, tools, False)
+            except ValueError:
+                return True
+            if output.text() != expected.text() or output.caller_ranges() != expected.caller_ranges():
+                return True
+        return False
 
     def bridge_point(self, renderer, prompt, completion, history, assistant, new, tools, knobs, junk):
         """Check every variant at one point; return the next prompt of the episode (None: stop)."""
+        self.point = (history, assistant, new, renderer.decode(completion))
         full = self.full_render(renderer, history + [assistant] + new, tools, knobs)
         ambiguous = (
             self.ambiguous(renderer, completion, history, assistant, tools)
@@ -248,6 +255,8 @@ class BridgeProof:
     def note(self, what: str) -> None:
         if len(self.examples) < 5:
             self.examples.append(what)
+        if "miss" not in what and len(self.wrong_examples) < 3:  # with the point it happened at
+            self.wrong_examples.append(f"{what} at {self.point!r}"[:600])
 
     def run_cases(self, cases, junk: tuple[int, ...] = (7, 3)) -> Counter:
         """Play each case (conversations the template rendered exactly); ``junk``: the ids a sample
@@ -266,5 +275,5 @@ def bridge_counts(renderer_class: type, tokenizer, oracle, special_tokens: dict,
     for retention in RETENTIONS:
         proof = BridgeProof(renderer_class, tokenizer, oracle, retention, special_tokens)
         counts += proof.run_cases(cases)
-        examples += [f"{retention}: {example}" for example in proof.examples]
+        examples += [f"{retention}: {example}" for example in proof.wrong_examples]
     return counts, examples[:5]

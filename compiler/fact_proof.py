@@ -187,11 +187,15 @@ def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof
         ends = [offset for offset, index in output.message_spans() if offset > start and index != len(history)]
         completion = completion[: min(ends, default=len(full)) - start]
     where = f"{label}{f' with {settings}' if settings else ''}"
-    stops = [(completion.find(stop), -len(stop), stop) for stop in renderer.get_stop_strings() if stop and stop in completion]
-    if not stops:
+    found = first_stop(renderer, completion)
+    if found is None and closed:
+        # the stop may open the next message (a tool reply's opener): the turn then runs up to it
+        completion = stop_in_follower(renderer, history, turn, tools, prompt, completion) or completion
+        found = first_stop(renderer, completion)
+    if found is None:
         proof.fail("turn", f"no stop ends the {where} turn {completion!r}")
         return
-    at, _, stop = min(stops)
+    at, stop = found
     rest = completion[at + len(stop) :]
     if closed and rest.strip():
         header = renderer.generation_prompt().strip()
@@ -212,6 +216,28 @@ def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof
         return
     for fact, problem in problems:
         proof.fail(fact, f"the {where} turn {cut!r} reads back with {problem}")
+
+
+def first_stop(renderer, text: str) -> tuple[int, str] | None:
+    """Where the first stop in ``text`` starts, and which (the longest of those starting there)."""
+    stops = [(text.find(stop), -len(stop), stop) for stop in renderer.get_stop_strings() if stop and stop in text]
+    return (min(stops)[0], min(stops)[2]) if stops else None
+
+
+def stop_in_follower(renderer, history, turn, tools, prompt: str, own: str) -> str | None:
+    """The turn's text up to a stop the next message's header starts with (None when there is none
+    right after the turn's own text ``own``)."""
+    try:
+        full = renderer.render_text(history + [turn, follower(turn)], tools=tools, add_generation_prompt=True)
+    except ValueError:
+        return None
+    completion = after_prompt(prompt, full)
+    if completion is None or not completion.startswith(own):
+        return None
+    found = first_stop(renderer, completion[len(own) :])
+    if found is None or completion[len(own) : len(own) + found[0]].strip():
+        return None
+    return completion[: len(own) + found[0] + len(found[1])]
 
 
 def differences(turn: dict, parsed, rendered: str) -> list[tuple[str, str]]:

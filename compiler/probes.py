@@ -348,13 +348,29 @@ class Prober:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
         if not close.strip():
             return []  # the next message's header ends every turn
-        completion = self.completion(
-            {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)]}
-        )
+        call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
+        completion = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
+        calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
+        double = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        header = self.renderer.generation_prompt().strip()
+        per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
+        if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
+            # the token ends each call, not the turn: what ends it is the tool reply's opener, which the
+            # model samples as its stop (a community Gemma-4 template's `<|tool_response>`)
+            token = self.tool_reply_opener(call)
         return [token] if token else []
+
+    def tool_reply_opener(self, call: dict) -> str | None:
+        """The first marker of the header the template writes before a tool result, after a call."""
+        result = {"role": "tool", "content": "tq8", "tool_call_id": FIRST_ID}
+        found = self.last_message_start([USER, {"role": "assistant", "content": None, "tool_calls": [call]}, result])
+        if found is None or "tq8" not in found[0][found[1] :]:
+            return None
+        text, start = found
+        return first_added_token(text[start : text.index("tq8", start)], self.added_tokens)
 
     # --- reasoning ------------------------------------------------------------------
 

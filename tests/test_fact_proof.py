@@ -178,3 +178,92 @@ def test_verify_reports_read_back_and_bridge_counts(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "read-back: " in out and "bridge: " in out and " 0 wrong" in out
+
+
+# --- a bridge that needs what the parse cannot give -------------------------------------------
+
+#: Gemma-4 style: a tool result names its tool by finding, through its tool_call_id, the call it
+#: answers; the calls themselves are written without their ids.
+NAME_BY_CALL_ID = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}<|turn>user\n{{ m.content }}<turn|>\n"
+    "{% elif m.role == 'assistant' -%}<|turn>model\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<|tool_call>call:{{ c.function.name }}{{ c.function.arguments | tojson }}<tool_call|>{% endfor %}"
+    "{% else %}{{ m.content }}{% endif %}<turn|>\n"
+    "{% elif m.role == 'tool' -%}{%- set ns = namespace(name='unknown') -%}"
+    "{%- for prev in messages -%}{%- for c in prev.tool_calls or [] -%}{%- if c.id == m.tool_call_id -%}"
+    "{%- set ns.name = c.function.name -%}{%- endif -%}{%- endfor -%}{%- endfor -%}"
+    "<|turn>tool\n<|tool_response>response:{{ ns.name }}{{ m.content | tojson }}<tool_response|><turn|>\n"
+    "{% endif -%}{%- endfor -%}{%- if add_generation_prompt %}<|turn>model\n{% endif -%}"
+)
+
+
+def test_a_bridge_that_needs_the_call_ids_returns_none(tmp_path):
+    renderer_class, compiled = compile_file(tmp_path, "name_by_call_id", NAME_BY_CALL_ID)
+    renderer = renderer_of(renderer_class, compiled)
+    history = [{"role": "user", "content": "Weather?"}]
+    call = {"id": "call00001x", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    result = [{"role": "tool", "tool_call_id": "call00001x", "content": "sunny"}]
+    prompt = renderer.render_ids(history, add_generation_prompt=True)
+    full = renderer.render_ids(history + [turn] + result, add_generation_prompt=True)
+    completion = full[len(prompt) : len(prompt) + full[len(prompt) :].index(renderer.get_stop_token_ids()[0]) + 1]
+    assert "response:get_weather" in renderer.decode(full)
+    assert renderer.bridge_to_next_turn(prompt, completion, result, messages=history) is None  # never response:unknown
+
+
+def test_generate_proves_the_bridge_of_a_template_that_finds_names_by_call_id(tmp_path):
+    path = tmp_path / "name_by_call_id.jinja"
+    path.write_text(NAME_BY_CALL_ID, encoding="utf-8")
+    _, report, _ = generate(resolve_source("test/name_by_call_id", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    assert report.bridge["points"] > 0 and report.bridge["exact"] > 0, report.summary()
+    assert report.bridge["wrong"] == 0 and report.bridge["miss"] == 0, report.bridge_examples
+
+
+# --- stops that open the next message, and closes followed by a role header --------------------
+
+#: Community Gemma-4 style: a tool-calling turn has no close; the model's stop is the tool reply's
+#: opener, which the template writes as the start of the tool message.
+STOP_OPENS_TOOL_REPLY = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}<start_of_turn>user\n{{ m.content }}<end_of_turn>\n"
+    "{% elif m.role == 'assistant' -%}<start_of_turn>model\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<|tool_call>call:{{ c.function.name }}{{ c.function.arguments | tojson }}<tool_call|>{% endfor %}"
+    "{% else %}{{ m.content }}<end_of_turn>\n{% endif %}"
+    "{%- elif m.role == 'tool' -%}<|tool_response>response:{{ m.content | tojson }}<tool_response|>"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<start_of_turn>model\n{% endif -%}"
+)
+
+
+def test_a_stop_that_opens_the_tool_reply(tmp_path):
+    """Not `<tool_call|>`, which ends every call of a parallel turn, but the reply's opener; and the
+    bridge goes on after it without writing it twice."""
+    path = tmp_path / "stop_opens_reply.jinja"
+    path.write_text(STOP_OPENS_TOOL_REPLY, encoding="utf-8")
+    _, report, compiled = generate(resolve_source("test/stop_opens_reply", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    assert compiled.turn.turn.stop_tokens == ("<end_of_turn>", "<|tool_response>"), compiled.turn.turn
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+
+
+#: Ling-3.0 style: every turn, tool-calling ones too, ends with `<|role_end|>`, and a tool result
+#: follows under its own role header.
+ROLE_END_THEN_OBSERVATION = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}<role>HUMAN</role>{{ m.content }}<|role_end|>"
+    "{%- elif m.role == 'assistant' -%}<role>ASSISTANT</role>{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    '<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>'
+    "{% endfor %}{% else %}{{ m.content }}{% endif %}<|role_end|>"
+    "{%- elif m.role == 'tool' -%}<role>OBSERVATION</role>{{ m.content }}<|role_end|>"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<role>ASSISTANT</role>{% endif -%}"
+)
+
+
+def test_tool_turns_closed_by_role_end_then_an_observation(tmp_path):
+    path = tmp_path / "role_end.jinja"
+    path.write_text(ROLE_END_THEN_OBSERVATION, encoding="utf-8")
+    _, report, compiled = generate(resolve_source("test/role_end", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    assert compiled.turn.turn.stop_tokens == ("<|role_end|>",) and not compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
