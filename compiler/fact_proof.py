@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .probes import after_prompt
+from .turn_sampling import THOUGHT, reasoned_turn
 
 USER = {"role": "user", "content": "What is up?"}
 WEATHER, TIME = "get_weather", "get_time"
@@ -180,7 +181,8 @@ def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof
     full = output.text()
     completion = after_prompt(prompt, full)
     if completion is None:
-        proof.skipped += 1
+        if not read_back_reasoned(renderer, label, turn, tools, proof):
+            proof.skipped += 1
         return
     if closed:  # the turn's own text: not what the template writes after the conversation (an eos)
         start = len(full) - len(completion)
@@ -216,6 +218,26 @@ def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof
         return
     for fact, problem in problems:
         proof.fail(fact, f"the {where} turn {cut!r} reads back with {problem}")
+
+
+def read_back_reasoned(renderer, label: str, turn: dict, tools, proof: FactProof) -> bool:
+    """For a template that cuts reasoning out of the content (QwQ, DeepSeek-R1), whose turns do not
+    continue the prompt: the turn as the model samples it, a reasoning block and then the turn
+    (:func:`compiler.turn_sampling.reasoned_turn`), read back. False when that is not such a template."""
+    sampled = reasoned_turn(renderer, [USER], turn, tools)
+    if sampled is None or turn.get("reasoning_content"):
+        return False
+    prompt, completion = sampled
+    parsed = renderer.parse_response(completion, tools=tools, prompt_ids=prompt)
+    if parsed.status == "unlearned":
+        return True
+    proof.checked += 1
+    expected = {**turn, "reasoning_content": THOUGHT.strip()}
+    problems = differences(expected, parsed, renderer.decode(completion))
+    proof.exact += not problems
+    for fact, problem in problems:
+        proof.fail(fact, f"the {label} turn {renderer.decode(completion)!r} reads back with {problem}")
+    return True
 
 
 def first_stop(renderer, text: str) -> tuple[int, str] | None:
