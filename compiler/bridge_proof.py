@@ -23,7 +23,7 @@ from collections import Counter
 from rllm_renderers.prompt_memory import PromptHistories
 
 from .oracle import OracleRejected
-from .turn_sampling import reasoned_turn, sampled_turn, template_suffix
+from .turn_sampling import reasoned_turn, sampled_turn, template_suffix, turn_points
 
 RETENTIONS = ("template", "verbatim")
 
@@ -31,7 +31,9 @@ RETENTIONS = ("template", "verbatim")
 class BridgeProof:
     """Drives conversations through one renderer class's bridge and counts the outcomes."""
 
-    def __init__(self, renderer_class: type, tokenizer, oracle, retention: str, special_tokens: dict | None = None) -> None:
+    def __init__(
+        self, renderer_class: type, tokenizer, oracle, retention: str, special_tokens: dict | None = None
+    ) -> None:
         self.renderer_class = renderer_class
         self.tokenizer = tokenizer
         self.oracle = oracle
@@ -46,7 +48,9 @@ class BridgeProof:
     def renderer(self, knobs: dict):
         key = repr(sorted(knobs.items()))
         if key not in self.renderers:
-            renderer = self.renderer_class(self.tokenizer, thinking_retention=self.retention, special_tokens=self.special_tokens, **knobs)
+            renderer = self.renderer_class(
+                self.tokenizer, thinking_retention=self.retention, special_tokens=self.special_tokens, **knobs
+            )
             self.renderers[key] = self.counting_resumes(renderer)
         return self.renderers[key]
 
@@ -82,13 +86,7 @@ class BridgeProof:
         renderer = self.renderer(case.knobs)
         messages, tools = case.messages, case.tools
         prompt = None
-        for index, message in enumerate(messages):
-            if message.get("role") != "assistant" or index == 0:
-                continue
-            end = index + 1
-            while end < len(messages) and messages[end].get("role") != "assistant":
-                end += 1
-            history, new = messages[:index], messages[index + 1 : end]
+        for history, message, new in turn_points(messages):
             if prompt is None:
                 try:
                     prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
@@ -114,8 +112,11 @@ class BridgeProof:
         originals = assistant.get("tool_calls") or []
         if parsed.tool_calls:
             rebuilt["tool_calls"] = [
-                {"id": (originals[k] if k < len(originals) else {}).get("id"), "type": "function",
-                 "function": {"name": call.name or "", "arguments": call.arguments}}
+                {
+                    "id": (originals[k] if k < len(originals) else {}).get("id"),
+                    "type": "function",
+                    "function": {"name": call.name or "", "arguments": call.arguments},
+                }
                 for k, call in enumerate(parsed.tool_calls)
             ]
         try:
@@ -169,14 +170,18 @@ class BridgeProof:
         extends = full is not None and full[1][: len(kept)] == kept
         expected = None
         if full is not None and (extends or self.retention == "verbatim"):
-            suffix = full[1][len(kept) :] if extends else template_suffix(
-                renderer, self.tokenizer, history, assistant, new, tools, full[0]
+            suffix = (
+                full[1][len(kept) :]
+                if extends
+                else template_suffix(renderer, self.tokenizer, history, assistant, new, tools, full[0])
             )
             expected = None if suffix is None else kept + suffix
             self.counts["extends"] += extends
             self.counts["oracle suffix not found"] += suffix is None
         next_prompt = None
-        junk = [token % renderer.vocab_size for token in junk]  # sampled ids: of the vocabulary (a synthetic one is small)
+        junk = [
+            token % renderer.vocab_size for token in junk
+        ]  # sampled ids: of the vocabulary (a synthetic one is small)
         variants = [("sampled", completion), ("ran past the stop", completion + junk)]
         close = renderer.encoder.encode(renderer.TURN.close) if renderer.TURN.close else []
         if len(close) == 1 and completion[-1] == close[0]:  # (a close of several tokens is not restored)
@@ -186,11 +191,16 @@ class BridgeProof:
             recalled = renderer.bridge_to_next_turn(prompt, given_completion, new, tools=tools)
             self.record(label, with_history, recalled, expected, full is not None and not ambiguous)
             if label == "sampled":
-                self.record_foreign(self.stranger(knobs).bridge_to_next_turn(prompt, given_completion, new, tools=tools),
-                                    expected, full is not None and not ambiguous)
+                self.record_foreign(
+                    self.stranger(knobs).bridge_to_next_turn(prompt, given_completion, new, tools=tools),
+                    expected,
+                    full is not None and not ambiguous,
+                )
                 next_prompt = with_history.token_ids if with_history is not None else None
                 if extends and not ambiguous and recalled is not None:
-                    self.check_attribution(renderer, recalled, len(kept), history + [assistant] + new, tools, len(history) + 1)
+                    self.check_attribution(
+                        renderer, recalled, len(kept), history + [assistant] + new, tools, len(history) + 1
+                    )
         if next_prompt is None and full is not None:  # the caller re-renders
             next_prompt = renderer.render_ids(history + [assistant] + new, tools=tools, add_generation_prompt=True)
         return next_prompt
@@ -223,7 +233,9 @@ class BridgeProof:
     def stranger(self, knobs: dict):
         """A renderer that never rendered any prompt (as behind rLLM's gateway, whose first prompt the
         inference server renders): it must read the history back from the prompt itself."""
-        renderer = self.renderer_class(self.tokenizer, thinking_retention=self.retention, special_tokens=self.special_tokens, **knobs)
+        renderer = self.renderer_class(
+            self.tokenizer, thinking_retention=self.retention, special_tokens=self.special_tokens, **knobs
+        )
         renderer.prompt_histories = PromptHistories()
         return renderer
 

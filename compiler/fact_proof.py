@@ -8,9 +8,8 @@ template's own markers) is rendered by the template after the generation prompt,
 would sample it; then
 
 * **stops**: the completion is cut at its first stop. No stop may occur inside the turn before
-  its end (the text after the cut may only be the template's whitespace), and every stop must be
-  text the template writes as it stands (one of its literals or a special token), not text it
-  takes from a variable (a round counter);
+  its end (the text after the cut may only be the template's whitespace), and a stop must end
+  the turn a round later too: not text the template takes from a variable (a round counter);
 * **read-back**: ``parse_response`` of the cut completion must give back the message it was
   rendered from: its content, its reasoning and its calls (where the template renders them).
 
@@ -29,7 +28,7 @@ from .turn_sampling import THOUGHT, reasoned_turn
 USER = {"role": "user", "content": "What is up?"}
 WEATHER, TIME = "get_weather", "get_time"
 #: A string value the parse must give back whole: quotes, a backslash, a newline.
-TRICKY = "say \"hi\", it's C:\\new\nok"
+TRICKY = 'say "hi", it\'s C:\\new\nok'
 TOOLS = [
     {
         "type": "function",
@@ -64,7 +63,11 @@ def sample_turns(markers: Iterable[str] = ()) -> dict[str, dict]:
     marked = "".join(sorted(set(markers)))
     if marked:
         value = f"a {marked} b"
-        turns["markers in a string"] = {"role": "assistant", "content": "", "tool_calls": [_call(WEATHER, {"city": value}, 1)]}
+        turns["markers in a string"] = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call(WEATHER, {"city": value}, 1)],
+        }
     return turns
 
 
@@ -104,21 +107,11 @@ def knob_settings(features) -> Iterator[dict]:
                 yield {**base, knob: value}
 
 
-def prove_facts(
-    renderer_class: type,
-    tokenizer: Any,
-    special_tokens: dict[str, str],
-    features,
-    literals: Iterable[str],
-) -> FactProof:
-    """Prove ``renderer_class``'s stops and parse on the template's renders (see the module doc).
-
-    ``literals`` are the template's literal strings (a stop must occur in one, or be a special token).
-    """
+def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, str], features) -> FactProof:
+    """Prove ``renderer_class``'s stops and parse on the template's renders (see the module doc)."""
     proof = FactProof()
     if renderer_class.TURN is None:
         return proof
-    literal_text = "\x00".join(literals)
     for settings in knob_settings(features):
         try:
             renderer = renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings)
@@ -126,20 +119,14 @@ def prove_facts(
             continue
         if renderer.UNLEARNED:
             return proof  # parse_response says "unlearned" and the bridge returns None: nothing claimed
-        check_stop_sources(renderer, literal_text, proof)
         markers = fact_markers(renderer)
         for label, turn in sample_turns(markers).items():
             read_back(renderer, label, turn, settings, proof)
+        # a round later: a stop holding text the template takes from a variable (a round counter,
+        # `[Round 2]`) does not recur
+        plain = sample_turns()["plain"]
+        read_back(renderer, "plain", plain, settings, proof, [USER, plain, follower(plain)], " a round later")
     return proof
-
-
-def check_stop_sources(renderer, literal_text: str, proof: FactProof) -> None:
-    """Every stop is text the template writes as it stands: inside one of its literals, or a
-    special token (the tokenizer's, or a special-token variable's value)."""
-    special = set(renderer.encoder.added_token_strings) | {str(v) for v in renderer.special_tokens.values()}
-    for stop in renderer.get_stop_strings():
-        if stop not in special and stop not in literal_text:
-            proof.fail("turn", f"the stop {stop!r} is not text the template writes as it stands (it comes from a variable)")
 
 
 def fact_markers(renderer) -> set[str]:
@@ -166,9 +153,18 @@ def tools_for(renderer, history: list[dict]) -> list | None:
     return None
 
 
-def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof) -> None:
-    """Render ``turn`` as sampled, cut it at its first stop, parse it, compare (see the module doc)."""
-    history = [USER]
+def read_back(
+    renderer,
+    label: str,
+    turn: dict,
+    settings: dict,
+    proof: FactProof,
+    history: list[dict] | None = None,
+    when: str = "",
+) -> None:
+    """Render ``turn`` after ``history`` (a user message) as sampled, cut it at its first stop, parse
+    it, compare (see the module doc)."""
+    history = history or [USER]
     tools = tools_for(renderer, history)
     closed = bool(renderer.TURN.close)
     # nothing closes the turn: the next message's header ends it
@@ -188,7 +184,7 @@ def read_back(renderer, label: str, turn: dict, settings: dict, proof: FactProof
         start = len(full) - len(completion)
         ends = [offset for offset, index in output.message_spans() if offset > start and index != len(history)]
         completion = completion[: min(ends, default=len(full)) - start]
-    where = f"{label}{f' with {settings}' if settings else ''}"
+    where = f"{label}{f' with {settings}' if settings else ''}{when}"
     found = first_stop(renderer, completion)
     if found is None and closed:
         # the stop may open the next message (a tool reply's opener): the turn then runs up to it

@@ -31,6 +31,7 @@ from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
+from .fact_proof import FactProof, knob_settings, prove_facts
 from .probes import ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
@@ -132,8 +133,6 @@ STABILITY_CASES = 150
 def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, features, markers) -> ProbeFacts:
     """``turn`` with the tool-calling turns' closes under every knob value, not only the base ones
     (Llama 3.1 ends a call with ``<|eom_id|>`` when ``builtin_tools`` is set)."""
-    from .fact_proof import knob_settings
-
     if turn.turn is None or not turn.turn.close.strip():
         return turn
     stops = list(turn.turn.stop_tokens)
@@ -419,15 +418,10 @@ def proven(turn: ProbeFacts, first_pass: type, prepared: Prepared) -> ProbeFacts
     return dataclasses.replace(turn, unlearned=unlearned)
 
 
-def prove_class_facts(renderer_class: type, prepared: Prepared) -> "FactProof":
+def prove_class_facts(renderer_class: type, prepared: Prepared) -> FactProof:
     """Prove the stops and the parse of ``renderer_class`` on the template's renders (:mod:`compiler.fact_proof`)."""
-    from .fact_proof import prove_facts
-    from .markers import template_literals
-
     features = features_for(
         renderer_class, knob_candidates(prepared.facts.ast, prepared.facts.knobs), compared_roles(prepared.facts.ast),
         prepared.placeholders,
     )
-    return prove_facts(
-        renderer_class, prepared.check_tokenizer, prepared.placeholders, features, template_literals(prepared.facts.ast)
-    )
+    return prove_facts(renderer_class, prepared.check_tokenizer, prepared.placeholders, features)

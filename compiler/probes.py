@@ -24,6 +24,7 @@ from rllm_renderers.output import RenderOutput
 from rllm_renderers.parsing import parse_text
 
 from .literals import docstring_repr as shown  # a template string in the class docstring
+from .literals import docstring_text
 
 CONTENT = "cnq7"
 REASONING = "rnq7"
@@ -81,7 +82,7 @@ class ProbeFacts:
             lines.append(describe_tool_calls(self.tool_calls))
         lines += [f"Note: {note}." for note in self.notes]
         for fact, reason in self.unlearned.items():
-            lines.append(f"Not learned ({fact}): {reason}.")
+            lines.append(f"Not learned ({fact}): {docstring_text(reason)}.")  # (a proof quotes renders)
         if self.unlearned:
             lines.append("parse_response returns the raw content with status 'unlearned'; the bridge returns None.")
         if self.prefix_stable:

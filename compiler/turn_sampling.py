@@ -9,6 +9,18 @@ from rllm_renderers.bridge import close_end, first_stop_end
 from rllm_renderers.parsing import decoded_prefix_lengths, token_index_at
 
 
+def turn_points(messages: list[dict]):
+    """``(history, assistant, new)`` for every assistant turn after the first message: the
+    conversation before it, the turn, and the non-assistant messages that follow it (maybe none)."""
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant" or index == 0:
+            continue
+        end = index + 1
+        while end < len(messages) and messages[end].get("role") != "assistant":
+            end += 1
+        yield messages[:index], message, messages[index + 1 : end]
+
+
 def sampled_turn(renderer, history, assistant, tools, new=None):
     """``(prompt ids, completion ids)``: the assistant turn as the template renders it after the
     generation prompt, cut right after its first stop token; None when no model samples it so.

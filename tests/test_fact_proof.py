@@ -33,6 +33,16 @@ def compile_file(tmp_path: Path, name: str, template: str):
     return renderer_class, compiled
 
 
+def generate_file(tmp_path: Path, name: str, template: str, cases: int = 30):
+    """``generate`` ``template`` with no tokenizer into ``tmp_path``: (report, compiled)."""
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(template, encoding="utf-8")
+    _, report, compiled = generate(
+        resolve_source(f"test/{name}", template=path, allow_hub=False), tmp_path, cases=cases, seed=0
+    )
+    return report, compiled
+
+
 def renderer_of(renderer_class, compiled):
     return renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
 
@@ -151,7 +161,7 @@ def test_a_stop_taken_from_a_variable_is_unlearned(tmp_path):
     renderer_class, compiled = compile_file(tmp_path, "round_header", ROUND_HEADER)
     counted = dataclasses.replace(compiled.turn.turn, stop_tokens=("[Round 2]\n问：",))
     proof = prove_class_facts(with_facts(renderer_class, dataclasses.replace(compiled.turn, turn=counted)), compiled)
-    assert "turn" in proof.failed and "variable" in proof.failed["turn"], proof.summary()
+    assert "turn" in proof.failed and "a round later" in proof.failed["turn"], proof.summary()
 
 
 #: Vicuna style: nothing closes a turn; the next `USER:` header is a stop of several tokens.
@@ -164,9 +174,7 @@ USER_HEADER = (
 
 def test_turns_ended_by_a_text_header_bridge(tmp_path):
     """The bridge proof samples a turn up to the token that completes a stop string (no stop id)."""
-    path = tmp_path / "user_header.jinja"
-    path.write_text(USER_HEADER, encoding="utf-8")
-    _, report, compiled = generate(resolve_source("test/user_header", template=path, allow_hub=False), tmp_path, cases=20, seed=0)
+    report, compiled = generate_file(tmp_path, "user_header", USER_HEADER, cases=20)
     assert compiled.turn.turn.stop_tokens == ("USER:",)
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["points"] > 0 and report.bridge["exact"] > 0, report.summary()
@@ -213,9 +221,7 @@ def test_a_bridge_that_needs_the_call_ids_returns_none(tmp_path):
 
 
 def test_generate_proves_the_bridge_of_a_template_that_finds_names_by_call_id(tmp_path):
-    path = tmp_path / "name_by_call_id.jinja"
-    path.write_text(NAME_BY_CALL_ID, encoding="utf-8")
-    _, report, _ = generate(resolve_source("test/name_by_call_id", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    report, _ = generate_file(tmp_path, "name_by_call_id", NAME_BY_CALL_ID, cases=30)
     assert report.bridge["points"] > 0 and report.bridge["exact"] > 0, report.summary()
     assert report.bridge["wrong"] == 0 and report.bridge["miss"] == 0, report.bridge_examples
 
@@ -238,9 +244,7 @@ STOP_OPENS_TOOL_REPLY = (
 def test_a_stop_that_opens_the_tool_reply(tmp_path):
     """Not `<tool_call|>`, which ends every call of a parallel turn, but the reply's opener; and the
     bridge goes on after it without writing it twice."""
-    path = tmp_path / "stop_opens_reply.jinja"
-    path.write_text(STOP_OPENS_TOOL_REPLY, encoding="utf-8")
-    _, report, compiled = generate(resolve_source("test/stop_opens_reply", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    report, compiled = generate_file(tmp_path, "stop_opens_reply", STOP_OPENS_TOOL_REPLY, cases=30)
     assert compiled.turn.turn.stop_tokens == ("<end_of_turn>", "<|tool_response>"), compiled.turn.turn
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
@@ -261,9 +265,7 @@ ROLE_END_THEN_OBSERVATION = (
 
 
 def test_tool_turns_closed_by_role_end_then_an_observation(tmp_path):
-    path = tmp_path / "role_end.jinja"
-    path.write_text(ROLE_END_THEN_OBSERVATION, encoding="utf-8")
-    _, report, compiled = generate(resolve_source("test/role_end", template=path, allow_hub=False), tmp_path, cases=30, seed=0)
+    report, compiled = generate_file(tmp_path, "role_end", ROLE_END_THEN_OBSERVATION, cases=30)
     assert compiled.turn.turn.stop_tokens == ("<|role_end|>",) and not compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
