@@ -315,7 +315,7 @@ def verify_compiled(
 
 
 #: Verified conversations the bridge differential plays (per retention mode).
-BRIDGE_CASES = 60
+BRIDGE_CASES = 80
 
 
 def failure_text(report: VerificationReport) -> str:
