@@ -21,6 +21,7 @@ from .pipeline import (
     load_generated_file,
     prepare_source,
     reference_oracle,
+    failure_text,
     source_drifted,
     verified_fingerprint,
     verify_compiled,
@@ -266,7 +267,7 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
     print(f"{path.name} ({source.model_id}): {report.summary()} [parity: {prepared.parity}]")
     if not report.ok:
-        print(report.failure.report())
+        print(failure_text(report))
         return False
     oracle_name = getattr(args, "oracle", None) or source.oracle
     try:

@@ -30,7 +30,8 @@ from .template_faults import register_generated_code, template_fault
 from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
-from .probes import ProbeFacts, probe
+from .fact_proof import FactProof, knob_settings, prove_facts
+from .probes import ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
@@ -119,11 +120,30 @@ def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> Pro
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     markers = added_token_strings(tokenizer, facts, placeholders, prepared.markers)
     turn = probe(renderer, markers, eos)
+    turn = with_knob_stops(turn, renderer_class, prepared, features, markers)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
 
 
 STABILITY_CASES = 150
+
+
+def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, features, markers) -> ProbeFacts:
+    """``turn`` with the tool-calling turns' closes under every knob value, not only the base ones
+    (Llama 3.1 ends a call with ``<|eom_id|>`` when ``builtin_tools`` is set)."""
+    if turn.turn is None or not turn.turn.close.strip():
+        return turn
+    stops = list(turn.turn.stop_tokens)
+    for settings in list(knob_settings(features))[1:]:
+        try:
+            renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
+            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close)
+        except ValueError:
+            continue
+        stops += [close for close in closes if close not in stops]
+    if len(stops) == len(turn.turn.stop_tokens):
+        return turn
+    return dataclasses.replace(turn, turn=dataclasses.replace(turn.turn, stop_tokens=tuple(stops)))
 
 
 def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | None = None) -> Prepared:
@@ -184,6 +204,7 @@ def _compile_source(source, module, special_tokens) -> Compiled:
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )
     turn = learn_turn_format(first_pass, prepared, features)
+    turn = proven(turn, first_pass, prepared)
     code = emit_module(facts, spec, turn)
     prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
     return Compiled(**prepared_fields, spec=spec, code=code, turn=turn)
@@ -244,11 +265,14 @@ def load_generated_file(path: Path) -> type:
 
 
 def verify_compiled(
-    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None
+    renderer_class: type, prepared: Prepared, *, cases: int, seed: int, oracle: Any = None, prove: bool = True
 ) -> VerificationReport:
     """Check the class against its template, or against ``oracle`` (a reference that is not the
-    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied)."""
-    return verify(
+    template, see :mod:`compiler.oracles`: every case is checked and the differences tallied).
+    Against the template, the class's learned facts are proven too (``prove``): its stops and
+    parse (:mod:`compiler.fact_proof`) and its bridge on the verified conversations
+    (:mod:`compiler.bridge_proof`, at most ``BRIDGE_CASES`` of them)."""
+    report = verify(
         renderer_class,
         prepared.oracle if oracle is None else oracle,
         tokenizer=prepared.check_tokenizer,
@@ -259,6 +283,24 @@ def verify_compiled(
         template_roles=compared_roles(prepared.facts.ast),
         keep_going=oracle is not None,
     )
+    if oracle is None and prove and report.failure is None:
+        from .bridge_proof import bridge_counts
+
+        report.facts = prove_class_facts(renderer_class, prepared)
+        report.bridge, report.bridge_examples = bridge_counts(
+            renderer_class, prepared.check_tokenizer, prepared.oracle, prepared.placeholders,
+            report.verified_cases[:BRIDGE_CASES],
+        )
+    return report
+
+
+#: Verified conversations the bridge differential plays (per retention mode).
+BRIDGE_CASES = 80
+
+
+def failure_text(report: VerificationReport) -> str:
+    """What a report that is not ok found: the render mismatch, else the learned facts' proof."""
+    return report.failure.report() if report.failure is not None else f"mismatch: {report.problem()}"
 
 
 def reference_oracle(name: str | None, prepared: Prepared) -> Any:
@@ -289,7 +331,7 @@ def generate(
     with template_fault(source.display_name, source.source):
         report = verify_compiled(renderer_class, compiled, cases=cases, seed=seed)
     if not report.ok:
-        raise VerificationError(report.failure.report(), template=compiled.facts.name)
+        raise VerificationError(failure_text(report), template=compiled.facts.name)
     try:
         reference = reference_oracle(oracle, compiled)
     except OracleUnavailable as exc:
@@ -336,3 +378,27 @@ def ensure_importable() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     if IN_CHECKOUT and root not in sys.path:
         sys.path.insert(0, root)
+
+
+def with_facts(renderer_class: type, turn: ProbeFacts) -> type:
+    """``renderer_class`` (a first pass) with the turn facts ``turn`` holds, as the emitted class has them."""
+    constants = {"TURN": turn.turn, "REASONING": turn.reasoning, "TOOL_CALLS": turn.tool_calls}
+    return type(renderer_class.__name__, (renderer_class,), {**constants, "UNLEARNED": dict(turn.unlearned)})
+
+
+def proven(turn: ProbeFacts, first_pass: type, prepared: Prepared) -> ProbeFacts:
+    """``turn`` with each fact that fails its proof (:mod:`compiler.fact_proof`) unlearned, with the reason."""
+    proof = prove_class_facts(with_facts(first_pass, turn), prepared)
+    if not proof.failed:
+        return turn
+    unlearned = {**turn.unlearned, **{fact: f"proof failed: {why}" for fact, why in proof.failed.items()}}
+    return dataclasses.replace(turn, unlearned=unlearned)
+
+
+def prove_class_facts(renderer_class: type, prepared: Prepared) -> FactProof:
+    """Prove the stops and the parse of ``renderer_class`` on the template's renders (:mod:`compiler.fact_proof`)."""
+    features = features_for(
+        renderer_class, knob_candidates(prepared.facts.ast, prepared.facts.knobs), compared_roles(prepared.facts.ast),
+        prepared.placeholders,
+    )
+    return prove_facts(renderer_class, prepared.check_tokenizer, prepared.placeholders, features)

@@ -24,6 +24,7 @@ from rllm_renderers.core.output import RenderOutput
 from rllm_renderers.turns.parsing import parse_text
 
 from .literals import docstring_repr as shown  # a template string in the class docstring
+from .literals import docstring_text
 
 CONTENT = "cnq7"
 REASONING = "rnq7"
@@ -81,7 +82,7 @@ class ProbeFacts:
             lines.append(describe_tool_calls(self.tool_calls))
         lines += [f"Note: {note}." for note in self.notes]
         for fact, reason in self.unlearned.items():
-            lines.append(f"Not learned ({fact}): {reason}.")
+            lines.append(f"Not learned ({fact}): {docstring_text(reason)}.")  # (a proof quotes renders)
         if self.unlearned:
             lines.append("parse_response returns the raw content with status 'unlearned'; the bridge returns None.")
         if self.prefix_stable:
@@ -174,10 +175,13 @@ class Prober:
         prompt = self.generation_prompt_context()
         full = self.render([USER, assistant])
         if prompt is None or full is None or not full.startswith(prompt):
-            # Some templates emit part of the prompt differently (e.g. a prefilled <think>); compare on
-            # the longest common prefix instead.
             if prompt is None or full is None:
                 return None
+            sampled = after_prompt(prompt, full)  # a header spaced otherwise in the prompt
+            if sampled is not None:
+                return sampled
+            # Some templates emit part of the prompt differently (e.g. a prefilled <think>); compare on
+            # the longest common prefix instead.
             common = back_to_boundary(common_prefix(prompt, full))
             return full[len(common) :]
         return full[len(prompt) :]
@@ -318,7 +322,7 @@ class Prober:
             if found is None or needle not in found[0][found[1] :]:
                 continue
             text, start = found
-            header = text[start : text.index(needle, start)]
+            header = self.steady_part(messages, text[start : text.index(needle, start)], needle)
             marker = first_added_token(header, self.added_tokens)
             if marker is None:
                 # A header without a marker (Apertus opens tool results with a bare `[`) is a stop
@@ -330,17 +334,44 @@ class Prober:
                 headers.append(marker)
         return headers
 
+    def steady_part(self, messages: list[dict], header: str, needle: str) -> str:
+        """``header`` (of the last of ``messages``, after USER) up to where it differs from the same
+        message's header a round later: a header that carries a counter (``[Round 2]``) is a stop
+        only in its part that does not change (``[Round ``)."""
+        found = self.last_message_start([USER, *messages, *messages])
+        if found is None or needle not in found[0][found[1] :]:
+            return header
+        text, start = found
+        later = text[start : text.index(needle, start)]
+        return header if later == header else common_prefix(header, later)
+
     def tool_call_closes(self, close: str) -> list[str]:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
         if not close.strip():
             return []  # the next message's header ends every turn
-        completion = self.completion(
-            {"role": "assistant", "content": None, "tool_calls": [tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)]}
-        )
+        call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
+        completion = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
+        calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
+        double = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        header = self.renderer.generation_prompt().strip()
+        per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
+        if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
+            # the token ends each call, not the turn: what ends it is the tool reply's opener, which the
+            # model samples as its stop (a community Gemma-4 template's `<|tool_response>`)
+            token = self.tool_reply_opener(call)
         return [token] if token else []
+
+    def tool_reply_opener(self, call: dict) -> str | None:
+        """The first marker of the header the template writes before a tool result, after a call."""
+        result = {"role": "tool", "content": "tq8", "tool_call_id": FIRST_ID}
+        found = self.last_message_start([USER, {"role": "assistant", "content": None, "tool_calls": [call]}, result])
+        if found is None or "tq8" not in found[0][found[1] :]:
+            return None
+        text, start = found
+        return first_added_token(text[start : text.index("tq8", start)], self.added_tokens)
 
     # --- reasoning ------------------------------------------------------------------
 
@@ -980,6 +1011,25 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
 
 
 # --- string helpers ------------------------------------------------------------------
+
+
+def after_prompt(prompt: str, full: str) -> str | None:
+    """What the model samples after ``prompt`` for the turn ``full`` renders: ``full`` past the
+    prompt; where the prompt's header is spaced differently from the turn's (a template whose
+    generation prompt keeps the indentation a ``{{-`` would strip), past the header without it.
+    None when the render does not continue the prompt (a prefilled block the turn writes otherwise)."""
+    if full.startswith(prompt):
+        return full[len(prompt) :]
+    shared = 0
+    while shared < min(len(prompt), len(full)) and prompt[shared] == full[shared]:
+        shared += 1
+    header = prompt[shared:].strip()
+    rest = full[shared:].lstrip()
+    tail = prompt[len(prompt.rstrip()) :]  # (the whitespace the prompt ends with, which the model saw)
+    if not header or not rest.startswith(header + tail) or prompt[shared:].startswith(header):
+        return None
+    return rest[len(header + tail) :]
+
 
 
 def reasoning_block(with_reasoning: str | None, without: str | None) -> str | None:

@@ -62,10 +62,23 @@ class VerificationReport:
     disagreements: list[Failure] = field(default_factory=list)
     feature_counts: Counter = field(default_factory=Counter)  # features over all checked cases
     reference: VerificationReport | None = None  # the same class against a reference oracle (generate)
+    verified_cases: list[Case] = field(default_factory=list, repr=False)  # the cases rendered exactly
+    facts: Any = None  # the proof of the class's stops and parse (compiler.fact_proof.FactProof)
+    bridge: Counter | None = None  # the bridge differential's counts (compiler.bridge_proof), both retentions
+    bridge_examples: list[str] = field(default_factory=list)  # its first problems
 
     @property
     def ok(self) -> bool:
-        return self.failure is None
+        return self.failure is None and self.problem() is None
+
+    def problem(self) -> str | None:
+        """What the proofs of the learned facts found wrong (None: nothing)."""
+        problems = []
+        if self.facts is not None and self.facts.failed:
+            problems += [f"{fact} is learned but wrong: {why}" for fact, why in self.facts.failed.items()]
+        if self.bridge is not None and self.bridge["wrong"]:
+            problems.append(f"the bridge gave wrong tokens at {self.bridge['wrong']} points: {self.bridge_examples}")
+        return "\n".join(problems) or None
 
     def summary(self) -> str:
         parts = [f"text: {self.text_matched}/{self.text_checked} match"]
@@ -79,6 +92,14 @@ class VerificationReport:
                 f"attribution: {self.attribution_checked} exact ({self.attribution_refused} needle versions refused"
                 + (f", {self.attribution_unmarked} with caller text left unmarked: {self.first_unmarked}" if self.attribution_unmarked else "")
                 + ")"
+            )
+        if self.facts is not None:
+            parts.append(self.facts.summary())
+        if self.bridge is not None:
+            bridge = self.bridge
+            parts.append(
+                f"bridge: {bridge['exact']}/{bridge['answers']} answers exact at {bridge['points']} points,"
+                f" {bridge['none']} None ({bridge['miss']} where it could have bridged), {bridge['wrong']} wrong"
             )
         return ", ".join(parts)
 
@@ -210,6 +231,8 @@ class DifferentialChecker:
             failure = self._compare_rendered(renderer, messages, arguments, expected, case)
             if failure is None and getattr(self.oracle, "is_template", True):
                 failure = self._check_attribution(renderer, case)
+            if failure is None:
+                self.report.verified_cases.append(case)
             return failure
         except OracleRejected:
             raise

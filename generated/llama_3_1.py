@@ -19,7 +19,7 @@ class Llama31Renderer(GeneratedRenderer):
     Template knobs (constructor keywords): builtin_tools, custom_tools, date_string, tools_in_user_message.
     Tool-call arguments: the template consumes dicts (JSON-string arguments are parsed first).
 
-    Assistant turns end with '<|eot_id|>' (stops: '<|eot_id|>');
+    Assistant turns end with '<|eot_id|>' (stops: '<|eot_id|>', '<|eom_id|>');
     the template then writes '' before the next message.
     Generation prompt (default knobs): '<|start_header_id|>assistant<|end_header_id|>\n\n'.
     Tool calls (json): '{"name": "' NAME '", "parameters": ' ARGUMENTS '}'.
@@ -36,7 +36,7 @@ class Llama31Renderer(GeneratedRenderer):
     ROLES = ()
     TOOL_ARGUMENTS = "dict"
     CONTENT_FORMAT = "string"
-    TURN = TurnFormat(close="<|eot_id|>", stop_tokens=("<|eot_id|>",))
+    TURN = TurnFormat(close="<|eot_id|>", stop_tokens=("<|eot_id|>", "<|eom_id|>"))
     REASONING = None
     TOOL_CALLS = ToolCallFormat(style="json", call_start='{"name": "', name_end='", "parameters": ', call_end="}")
     PREFIX_STABLE = True

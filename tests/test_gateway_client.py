@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.families import ALL_FAMILIES, REPO
-from tests.turn_sampling import reasoned_turn, sampled_turn, template_suffix
+from compiler.turn_sampling import reasoned_turn, sampled_turn, template_suffix
 
 CLIENTS = Path(os.environ.get("RLLM_CLIENTS", REPO.parent / "shared" / "clients"))
 GATEWAY_SOURCE = CLIENTS / "rllm-model-gateway" / "src"

@@ -28,7 +28,7 @@ from tests.families import (
     assert_turns_checked,
     with_gaps,
 )
-from tests.turn_sampling import THOUGHT, reasoned_turn, sampled_turn
+from compiler.turn_sampling import THOUGHT, reasoned_turn, sampled_turn, turn_points
 
 SETTINGS = settings(
     max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
@@ -43,15 +43,9 @@ def family_renderer(request):
 
 def splits(case: Case):
     """(history, assistant, new) for every assistant turn followed by non-assistant messages."""
-    messages = case.messages
-    for index, message in enumerate(messages):
-        if message.get("role") != "assistant" or index == 0:
-            continue
-        end = index + 1
-        while end < len(messages) and messages[end].get("role") != "assistant":
-            end += 1
-        if end > index + 1:
-            yield messages[:index], message, messages[index + 1 : end]
+    for history, message, new in turn_points(case.messages):
+        if new:
+            yield history, message, new
 
 
 #: Known gaps of single families, each a strict xfail (it fails the day the gap closes).

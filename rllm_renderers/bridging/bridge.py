@@ -149,15 +149,17 @@ def sampled_turn_as_message(
 
 
 def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled: Message, new, tools, render) -> bool:
-    """Whether the template renders the new tool results differently depending on which sampled call
-    each answers, when the completion does not carry call ids (DeepSeek-V4 sorts results into call
-    order by ``tool_call_id``): then the right order cannot be known from the ids, so no bridge.
+    """Whether the template renders the new tool results differently depending on the ids of the
+    sampled calls, when the completion does not carry them: DeepSeek-V4 sorts results into call
+    order by ``tool_call_id``; a Gemma-4-style template finds a result's tool name through the id
+    of the call it answers. The ids are not in the tokens, so no bridge.
 
-    Rendered once more with the ids of the new tool messages given to the calls in reverse order.
+    Rendered once more with the ids of the new tool messages given to the calls in reverse order
+    (one call: the id its result names).
     """
     calls = sampled.get("tool_calls") or []
     answered = [message.get("tool_call_id") for message in new if message.get("role") == "tool"]
-    if len(calls) < 2 or len(answered) < 2:
+    if not calls or not answered:
         return False
     if any(call["id"] != f"call_{index}" for index, call in enumerate(calls)):
         return False  # the completion carries its own call ids (Kimi): the template sees them
@@ -168,8 +170,8 @@ def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled:
         other = renderer._run_template(jinja.TemplateList(messages), history.tools, True, resume_from=render.checkpoint)
     except ValueError:
         return True
-    if other.origin == render.origin:
-        return other.text() != render.text
+    if other.origin == render.origin:  # (the same text read from other messages is another render too)
+        return other.text() != render.text or other.caller_ranges() != render.output.caller_ranges()
     return str(PromptText(render.prompt_text, other.origin, other.text())) != str(render.full_text())
 
 

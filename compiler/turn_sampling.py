@@ -1,4 +1,4 @@
-"""What a model samples for an assistant turn, read off the template (shared by the turn-level tests)."""
+"""What a model samples for an assistant turn, read off the template (the bridge proof and the turn-level tests)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,19 @@ import json
 import os
 
 from rllm_renderers.bridging.bridge import close_end, first_stop_end
+from rllm_renderers.turns.parsing import decoded_prefix_lengths, token_index_at
+
+
+def turn_points(messages: list[dict]):
+    """``(history, assistant, new)`` for every assistant turn after the first message: the
+    conversation before it, the turn, and the non-assistant messages that follow it (maybe none)."""
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant" or index == 0:
+            continue
+        end = index + 1
+        while end < len(messages) and messages[end].get("role") != "assistant":
+            end += 1
+        yield messages[:index], message, messages[index + 1 : end]
 
 
 def sampled_turn(renderer, history, assistant, tools, new=None):
@@ -33,12 +46,26 @@ def sampled_turn(renderer, history, assistant, tools, new=None):
     stops = set(renderer.get_stop_token_ids())
     completion = full[len(prompt) :]
     close = next((k for k, token in enumerate(completion) if token in stops), None)
+    text_close = text_stop_token(renderer, completion)
+    if text_close is not None and (close is None or text_close < close):
+        close = text_close
     if close is None or writes_a_stop(renderer, assistant):
         return None
     header = renderer.generation_prompt().strip()
     if closed and header and header in renderer.decode(completion[close + 1 :]):
         return None
     return prompt, completion[: close + 1]
+
+
+def text_stop_token(renderer, completion: list[int]) -> int | None:
+    """The index of the token that completes the first stop string not a single token (``USER:``,
+    ``[Round``) in the decoded ``completion``, or None: an engine that stops on text stops there."""
+    text_stops = renderer._parse_facts().text_stops
+    text = renderer.decode(completion)
+    found = [text.find(stop) + len(stop) for stop in text_stops if stop and stop in text]
+    if not found:
+        return None
+    return token_index_at(decoded_prefix_lengths(renderer._decode, completion), min(found)) - 1
 
 
 def writes_a_stop(renderer, assistant) -> bool:
