@@ -220,6 +220,15 @@ def test_a_bridge_that_needs_the_call_ids_returns_none(tmp_path):
     assert renderer.bridge_to_next_turn(prompt, completion, result, messages=history) is None  # never response:unknown
 
 
+def test_only_a_template_that_names_call_ids_pays_the_second_render(tmp_path):
+    """The bridge renders again with other call ids only where the template can read one."""
+    from rllm_renderers.bridging.bridge import template_reads_call_ids
+
+    reads, _ = compile_file(tmp_path, "name_by_call_id", NAME_BY_CALL_ID)
+    ignores, _ = compile_file(tmp_path, "name_by_position", NAME_BY_CALL_ID.replace("c.id == m.tool_call_id", "loop.first"))
+    assert template_reads_call_ids(reads) and not template_reads_call_ids(ignores)
+
+
 def test_generate_proves_the_bridge_of_a_template_that_finds_names_by_call_id(tmp_path):
     report, _ = generate_file(tmp_path, "name_by_call_id", NAME_BY_CALL_ID, cases=30)
     assert report.bridge["points"] > 0 and report.bridge["exact"] > 0, report.summary()

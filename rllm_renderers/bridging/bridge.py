@@ -51,6 +51,7 @@ prompt's copy is shared with the prompts bridged from it (grown in place), so it
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -148,6 +149,30 @@ def sampled_turn_as_message(
     return message_from_parse(parsed), parsed.reasoning_complete is False
 
 
+CALL_ID_KEYS = frozenset({"id", "tool_call_id"})
+
+
+@functools.cache
+def template_reads_call_ids(renderer_class: type) -> bool:
+    """Whether the translated template can read a call id at all: a string constant ``"id"`` or
+    ``"tool_call_id"`` in the code of the class's own methods (the template, statement by statement;
+    generated code reads ``x.id`` as ``jinja.getattr(x, "id")``). A template that names neither
+    cannot render the tool results by the ids, so the bridge need not render again to find out.
+    """
+
+    def constants(code) -> set:
+        found = set()
+        for constant in code.co_consts:
+            if isinstance(constant, str):
+                found.add(constant)
+            elif hasattr(constant, "co_consts"):
+                found |= constants(constant)
+        return found
+
+    codes = [getattr(value, "__code__", None) for value in vars(renderer_class).values()]
+    return any(constants(code) & CALL_ID_KEYS for code in codes if code is not None)
+
+
 def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled: Message, new, tools, render) -> bool:
     """Whether the template renders the new tool results differently depending on the ids of the
     sampled calls, when the completion does not carry them: DeepSeek-V4 sorts results into call
@@ -159,7 +184,7 @@ def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled:
     """
     calls = sampled.get("tool_calls") or []
     answered = [message.get("tool_call_id") for message in new if message.get("role") == "tool"]
-    if not calls or not answered:
+    if not calls or not answered or not template_reads_call_ids(type(renderer)):
         return False
     if any(call["id"] != f"call_{index}" for index, call in enumerate(calls)):
         return False  # the completion carries its own call ids (Kimi): the template sees them
