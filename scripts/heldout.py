@@ -72,8 +72,10 @@ def compile_one(template: Path, out: Path, cases: int, timeout: float) -> Outcom
     except subprocess.TimeoutExpired:
         returncode, stdout, stderr = None, "", ""
     result, detail = classify(returncode, stdout, stderr)
-    module = out / template.stem / f"{template.stem}.py"
-    if result == "verified" and module.is_file():
+    module = written_module(stdout)
+    if result == "verified" and module is None:
+        detail = f"{detail} | round trip: not run, generate named no module it wrote"
+    elif result == "verified":
         command = [sys.executable, str(Path(__file__).resolve()), "--round-trip", str(template), str(module)]
         try:
             checked = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
@@ -83,6 +85,15 @@ def compile_one(template: Path, out: Path, cases: int, timeout: float) -> Outcom
         if problems:
             detail = f"{detail} | round trip: {problems}"
     return Outcome(template.stem, result, time.monotonic() - start, re.sub(r"\s+", " ", detail))
+
+
+def written_module(stdout: str) -> Path | None:
+    """The module ``generate`` wrote: the path it prints first. (It is named after the model id,
+    normalized to a module name, so it is not ``<stem>.py`` for a file name such as ``Qwen-QwQ-32B``.)"""
+    for line in stdout.splitlines():
+        if line.endswith(".py") and (ROOT / line).is_file():  # (generate runs in ROOT)
+            return ROOT / line
+    return None
 
 
 def _call(name: str, arguments: dict, number: int) -> dict:
