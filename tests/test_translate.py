@@ -536,6 +536,29 @@ def test_macro_arity_errors():
     assert check("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}")[0] == "error"
 
 
+def test_macros_held_in_variables_called_with_star_arguments():
+    """Jamba-1.6 style: macros kept in a list, each called with its own list of arguments."""
+    source = (
+        "{% macro tools_section(tools) %}[T:{{ tools | length }}]{% endmacro %}"
+        "{% macro docs_section(docs, title='D') %}[{{ title }}:{{ docs | join(',') }}]{% endmacro %}"
+        "{% macro none_section() %}[N{{ varargs | length }}]{% endmacro %}"
+        "{% set macros = [tools_section, docs_section, none_section] %}"
+        "{% set params = [[tools or []], [docs or [], 'Docs'], [1, 2]] %}"
+        "{% for i in range(macros | length) %}{{ macros[i](*params[i]) }}{% endfor %}"
+        "{% set options = {'title': 'K'} %}{{ docs_section(['z'], **options) }}{{ docs_section(*['y'], **{}) }}"
+        "{{ messages[0].content }}"
+    )
+    outcomes = check_all(source, [{}, {"docs": ["a", "b"]}, {"tools": [{"name": "f"}], "docs": []}])
+    assert outcomes[1] == ("text", "[T:0][Docs:a,b][N2][K:z][D:y]hi")
+
+
+def test_keyword_arguments_from_a_dict_are_refused_where_a_parameter_is_renamed():
+    # `**` passes Jinja's names; a parameter the translator renames (`json` -> `json_`) would not match
+    source = "{% macro m(json) %}{{ json }}{% endmacro %}{{ m(**{'json': 1}) }}"
+    with pytest.raises(CompileError, match=r"\*\*"):
+        emit(source)
+
+
 def test_macro_scope_does_not_leak():
     source = "{% set x = 'outer' %}{% macro m() %}{% set x = 'inner' %}{{ x }}{% endmacro %}{{ m() }}{{ x }}"
     check(source)
