@@ -26,11 +26,11 @@ def load_script():
     return module
 
 
-def compiled_by_the_script(tmp_path: Path, stem: str = "chatml_tools"):
-    """(the script, the template file) after the script compiled TEMPLATE, verified and read back clean."""
+def compiled_by_the_script(tmp_path: Path, stem: str = "chatml_tools", source: str = TEMPLATE):
+    """(the script, the template file) after the script compiled ``source``, verified and read back clean."""
     heldout = load_script()
     template = tmp_path / f"{stem}.jinja"
-    template.write_text(TEMPLATE, encoding="utf-8")
+    template.write_text(source, encoding="utf-8")
     outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
     assert outcome.result == "verified" and "round trip" not in outcome.detail, outcome.detail
     return heldout, template
@@ -97,3 +97,10 @@ def test_the_bridge_from_each_read_back_turn_is_checked_against_the_full_render(
 
     renderer.bridge_to_next_turn = one_token_off
     assert check() == ["bridge: WRONG tokens"]
+
+
+def test_a_template_that_writes_only_the_first_call_is_read_back_as_it_writes_it(tmp_path):
+    """GigaChat-3.1 writes ``tool_calls[0]`` only: the read-back expects the calls the render holds."""
+    first_call_only = TEMPLATE.replace("m.tool_calls or []", "(m.tool_calls or [])[:1]")
+    assert first_call_only != TEMPLATE
+    compiled_by_the_script(tmp_path, stem="first_call_only", source=first_call_only)
