@@ -293,3 +293,17 @@ def test_a_role_the_template_requires_is_learned_and_generated(tmp_path):
     renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
     lead = {"role": "functions", "content": "[]"}
     assert renderer.render_text([lead, USER, ASSISTANT]).endswith("FUNCTIONS: []\n\nUSER: What is up?\n\nASSISTANT: <plain>Not much.<{eos_token}>\n\nASSISTANT: ")
+
+
+# vLLM's Mistral tool template writes the last 9 characters of a call id (`tool_call.id[-9:]`): a
+# piece of the caller's id, which render() marks as that message's text.
+SLICED_CALL_IDS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.id[-9:] }}]{% endfor %}"
+    "{% if m.tool_call_id is defined %}({{ m.tool_call_id[-9:] }}){% endif %}</{{ m.role }}>\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_sliced_call_ids_are_attributed_to_their_messages(tmp_path):
+    _, compiled = compile_inline(tmp_path, "sliced_call_ids", SLICED_CALL_IDS, cases=40)
