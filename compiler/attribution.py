@@ -114,7 +114,9 @@ def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, fr
         pieces = {needle}
         if ID_NEEDLE.fullmatch(needle):  # the end of an id, from its last w on (`id[-9:]`)
             pieces |= {needle[start:] for start in range(needle.index("W"))}
-        for written in {case for piece in pieces for case in (piece, piece.upper(), piece.lower())}:  # (a template may change its case)
+        for written in {
+            case for piece in pieces for case in (piece, piece.upper(), piece.lower())
+        }:  # (a template may change its case)
             at = text.find(written)
             while at >= 0:
                 for offset in range(at, at + len(written)):
@@ -140,7 +142,11 @@ def attribution_mismatch(
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but marked as message {actual[offset]}'s"
     for offset in sorted(actual):
-        if offset not in expected and text[offset] not in JSON_PUNCTUATION:
+        if (
+            offset not in expected
+            and text[offset] not in JSON_PUNCTUATION
+            and not _slice_of_own_needle(text, actual, offset, owners)
+        ):
             return (
                 f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
             )
@@ -149,6 +155,25 @@ def attribution_mismatch(
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {UNMARKED}"
     return None
+
+
+def _slice_of_own_needle(text: str, actual: dict[int, int], offset: int, owners: dict[str, frozenset[int]]) -> bool:
+    """Whether the marked run of text around ``offset`` is the start or the end of a needle of the
+    message it is marked as: a template that cuts a message's string (``value[:n]``, ``id[-9:]``)
+    writes that much of it, and it is that message's text."""
+    index = actual[offset]
+    low, high = offset, offset + 1
+    while low > 0 and actual.get(low - 1) == index:
+        low -= 1
+    while actual.get(high) == index:
+        high += 1
+    piece = text[low:high]
+    return any(
+        written.startswith(piece) or written.endswith(piece)
+        for needle, owner in owners.items()
+        if index in owner
+        for written in (needle, needle.upper(), needle.lower())
+    )
 
 
 UNMARKED = "unmarked"

@@ -268,7 +268,7 @@ FUNCTIONS_ROLE_REQUIRED = (
     "{%- if ns.messages[0]['role'] | upper != 'SYSTEM' -%}"
     "{%- set ns.messages = [{'role': 'SYSTEM', 'content': 'You may call functions.'}] + ns.messages -%}{%- endif -%}"
     "{%- if ns.messages | length < 2 or ns.messages[1]['role'] | upper != 'FUNCTIONS' -%}"
-    "{{ raise_exception('Expected either \"functions\" or [\"system\", \"functions\"] as the first messages') }}"
+    '{{ raise_exception(\'Expected either "functions" or ["system", "functions"] as the first messages\') }}'
     "{%- endif -%}"
     "{%- for message in ns.messages -%}{%- set role = message['role'] | upper -%}"
     "{%- if role not in message_roles -%}{{ raise_exception('Invalid role ' + message['role']) }}{%- endif -%}"
@@ -292,7 +292,9 @@ def test_a_role_the_template_requires_is_learned_and_generated(tmp_path):
     assert report.text_checked - report.rejected_alike >= 20  # conversations that render, not only refusals
     renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
     lead = {"role": "functions", "content": "[]"}
-    assert renderer.render_text([lead, USER, ASSISTANT]).endswith("FUNCTIONS: []\n\nUSER: What is up?\n\nASSISTANT: <plain>Not much.<{eos_token}>\n\nASSISTANT: ")
+    assert renderer.render_text([lead, USER, ASSISTANT]).endswith(
+        "FUNCTIONS: []\n\nUSER: What is up?\n\nASSISTANT: <plain>Not much.<{eos_token}>\n\nASSISTANT: "
+    )
 
 
 # vLLM's Mistral tool template writes the last 9 characters of a call id (`tool_call.id[-9:]`): a
@@ -307,3 +309,17 @@ SLICED_CALL_IDS = (
 
 def test_sliced_call_ids_are_attributed_to_their_messages(tmp_path):
     _, compiled = compile_inline(tmp_path, "sliced_call_ids", SLICED_CALL_IDS, cases=40)
+
+
+# Qwen-3.6 community templates cut long tool arguments (`value[:max_tool_arg_chars]`): the start
+# of a caller's string, which render() marks as that message's text.
+SLICED_ARGUMENTS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}{% for k, v in c.function.arguments | items %}"
+    "[{{ k }}={{ v[:limit | default(2)] if v is string else v }}]{% endfor %}{% endfor %}</{{ m.role }}>\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_the_start_of_a_cut_string_is_attributed_to_its_message(tmp_path):
+    compile_inline(tmp_path, "sliced_arguments", SLICED_ARGUMENTS, cases=40)
