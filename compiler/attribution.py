@@ -114,9 +114,8 @@ def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, fr
         pieces = {needle}
         if ID_NEEDLE.fullmatch(needle):  # the end of an id, from its last w on (`id[-9:]`)
             pieces |= {needle[start:] for start in range(needle.index("W"))}
-        for written in {
-            case for piece in pieces for case in (piece, piece.upper(), piece.lower())
-        }:  # (a template may change its case)
+        forms = {form for piece in pieces for form in (piece, piece.upper(), piece.lower())}  # (a template may change its case)
+        for written in forms:
             at = text.find(written)
             while at >= 0:
                 for offset in range(at, at + len(written)):

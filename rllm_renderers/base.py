@@ -20,7 +20,7 @@ from .caller_text import CallerText, caller_data
 from .prompt_memory import History, PromptHistories
 from .formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
-from .parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
+from .parsing import as_token_ids, char_to_token, parse_text, starts_in_call, to_parsed_response
 from .turns import close_lead_of, content_lead_of, tool_names
 from .unencodable import refuse_unencodable
 from .types import Message, ParsedResponse, RenderedTokens, ToolSpec
@@ -694,7 +694,8 @@ class GeneratedRenderer(ABC):
         text = text[: len(text) - len(close_lead)]
         if self.UNLEARNED:
             return _ParsedTurn(None, text, ids, decoded, 0)
-        skipped = len(content_lead_of(self.TURN, text, tools))
+        lead = content_lead_of(self.TURN, text, tools)
+        skipped = len(lead)
         text = text[skipped:]
         reasoning = self.REASONING
         if for_template and reasoning is not None and reasoning.in_content:
@@ -710,6 +711,7 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=prefilled,
             tools=tools,
             close_lead=close_lead,
+            in_call=starts_in_call(self.TOOL_CALLS, lead),
         )
         return _ParsedTurn(parsed, text, ids, decoded, skipped)
 

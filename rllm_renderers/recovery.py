@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import template_runtime as jinja
-from .parsing import parse_text
+from .parsing import parse_text, starts_in_call
 from .turns import close_lead_of, content_lead_of
 from .types import Message
 
@@ -351,7 +351,8 @@ def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: s
     ``parse_response`` parses a sampled turn; None when it does not parse cleanly."""
     close_lead = close_lead_of(renderer.TURN, text, stop)
     text = text[: len(text) - len(close_lead)]
-    text = text[len(content_lead_of(renderer.TURN, text, tools)) :]
+    lead = content_lead_of(renderer.TURN, text, tools)
+    text = text[len(lead) :]
     reasoning = renderer.REASONING
     if reasoning is not None and reasoning.in_content:
         reasoning = None  # the template reads the block out of the content itself
@@ -362,6 +363,7 @@ def turn_message(renderer: "GeneratedRenderer", text: str, stop: str, opening: s
         reasoning_prefilled=renderer._reasoning_prefilled(opening),
         tools=tools,
         close_lead=close_lead,
+        in_call=starts_in_call(renderer.TOOL_CALLS, lead),
     )
     from .bridge import RENDERABLE_CALLS, message_from_parse
 
