@@ -143,6 +143,16 @@ class Prober:
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
             return self.render_raw(messages, add_generation_prompt)
+        text = self.render_form(messages, add_generation_prompt)
+        contents = [message["content"] for message in messages if isinstance(message.get("content"), str)]
+        contents = [content for content in contents if content]
+        if self.renderer.CONTENT_FORMAT == "parts" and contents and not any(content in (text or "") for content in contents):
+            # a template that reads content only as OpenAI content parts (Idefics: `for line in
+            # message['content']`) writes none of a string's: probe it with parts
+            text = self.render_form([as_text_parts(message) for message in messages], add_generation_prompt) or text
+        return text
+
+    def render_form(self, messages: list[dict], add_generation_prompt: bool) -> str | None:
         # a template that cannot render without a tool list is probed with an empty one
         for tools in (None, []) if self.tools is None else (self.tools,):
             try:
@@ -949,6 +959,12 @@ class Prober:
     def close_candidates(self) -> list[str]:
         """Tokens that may end a turn (learned by turn_format), longest first."""
         return sorted(self.stop_tokens, key=len, reverse=True)
+
+
+def as_text_parts(message: dict) -> dict:
+    """``message`` with string content as one text part (``[{"type": "text", "text": ...}]``)."""
+    content = message.get("content")
+    return {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
 
 
 class ProbeError(Exception):

@@ -857,3 +857,20 @@ def test_a_call_id_written_inside_the_call_start_is_learned_and_parsed(tmp_path)
     prompt, completion, parsed, calls = calls_read_back(renderer, turn)
     assert calls == [("get_weather", arguments, "ok"), ("noop", {}, "ok")]
     assert [call.id for call in parsed.tool_calls] == ["abcdefgh0", "abcdefgh1"]
+
+
+# Idefics style: content is read only as OpenAI content parts (`for line in message['content']`).
+CONTENT_PARTS_ONLY = (
+    "{% for m in messages %}{{ m.role.capitalize() }}:{% for line in m.content %}{% if line.type == 'text' %}"
+    " {{ line.text }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def test_a_template_that_reads_content_parts_only_is_probed_with_parts(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "content_parts_only", CONTENT_PARTS_ONLY)
+    assert renderer_class.CONTENT_FORMAT == "parts" and not renderer_class.UNLEARNED, renderer_class.UNLEARNED
+    assert renderer_class.TURN.close == "<end_of_utterance>"
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "Fine."}]}
+    prompt, completion = sampled(renderer, [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], answer)
+    assert renderer.parse_response(completion, prompt_ids=prompt).content.strip() == "Fine."
