@@ -536,6 +536,13 @@ def test_macro_arity_errors():
     assert check("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}")[0] == "error"
 
 
+def test_a_slice_of_an_input_string_with_bounds_that_are_no_integers_raises_as_in_jinja():
+    # Jinja compiles `s[:n]` to Python's own slice (no getitem fallback to Undefined)
+    source = "{{ messages[0].content[:limit] }}|{{ messages[0].content[limit:] }}"
+    outcomes = check_all(source, [{"limit": 1}, {"limit": "x"}, {"limit": 2.5}, {"limit": None}])
+    assert [outcome[0] for outcome in outcomes] == ["text", "error", "error", "text"]
+
+
 def test_macros_held_in_variables_called_with_star_arguments():
     """Jamba-1.6 style: macros kept in a list, each called with its own list of arguments."""
     source = (
