@@ -1202,7 +1202,7 @@ def test_raise_exception_is_a_raise_statement():
         ("{% for x in xs %}{{ loop(x) }}{% endfor %}", "loop", 1),
         ("\n{{ xs|random }}", "random", 2),
         ("{{ frob(1) }}", "frob", 1),
-        ("{{ f(*args) }}", "*args", 1),
+        ("{% macro m(json) %}{% endmacro %}{{ m(**{'json': 1}) }}", "**kwargs", 1),
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
         ("\n\n\n{{ lipsum(2) }}", "lipsum", 4),
         ("{% extends 'base.jinja' %}", "{% extends %}", 1),
