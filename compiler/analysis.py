@@ -16,9 +16,11 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 from jinja2 import TemplateSyntaxError, meta, nodes
 
+from .conversations import with_lead
 from .errors import CompileError
 from .translator.expressions import GLOBAL_FUNCTIONS, TemplateNames
 from .translator.lower import TEMPLATE_INPUTS, Lowering
@@ -40,6 +42,8 @@ class TemplateFacts:
     # names the template reads that apply_chat_template never passes to it (its own parameters,
     # e.g. continue_final_message): always undefined
     undefined_names: tuple[str, ...] = ()
+    # roles of the messages the template requires before the first user message (see required_lead)
+    lead_roles: tuple[str, ...] = ()
 
 
 def template_sha256(source: str) -> str:
@@ -75,6 +79,8 @@ def compared_roles(ast: nodes.Template) -> tuple[str, ...]:
     roles: set[str] = set()
 
     def is_role_access(node: nodes.Node) -> bool:
+        if isinstance(node, nodes.Filter) and node.node is not None:
+            return is_role_access(node.node)  # `message.role | upper == 'FUNCTIONS'`
         if isinstance(node, nodes.Getattr):
             return node.attr == "role"
         if isinstance(node, nodes.Getitem):
@@ -106,12 +112,14 @@ UNKNOWN_ROLE_PROBE = [
 PROBE_KNOB_VALUES = ("custom value", True, False)
 
 
-def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> str:
+def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = (), lead: tuple[str, ...] = ()) -> str:
     """The oracle's text for a probe conversation, in the first setting it renders in: no tools,
     then an empty tool list (Hermes-3 and Phi-4 iterate ``tools`` unguarded); knobs unset, then all
-    set to one of PROBE_KNOB_VALUES. Raises the first OracleRejected when none renders."""
+    set to one of PROBE_KNOB_VALUES. The ``lead`` messages the template requires (see
+    :func:`required_lead`) go first. Raises the first OracleRejected when none renders."""
     from .oracle import OracleRejected
 
+    messages = with_lead(messages, lead)
     knob_settings = [{}] + [{knob: value for knob in knobs} for value in PROBE_KNOB_VALUES if knobs]
     first = None
     for knob_values in knob_settings:
@@ -123,24 +131,46 @@ def render_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> s
     raise first
 
 
-def accepted_roles(oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = ()) -> tuple[str, ...]:
+def accepted_roles(
+    oracle, compared: tuple[str, ...], knobs: tuple[str, ...] = (), lead: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """The roles a renderer accepts: any (``()``) when the template renders an unknown role's
     message, else the roles the template compares with, the standard roles whose messages it
     renders without naming them as constants (``message.role == user_token`` after
     ``{% set user_token = "user" %}``), and always the CONVERSATION_ROLES. A template that silently
     drops messages of other roles (Qwen3 renders nothing for a "developer" message) gets a renderer
     that refuses them with an error naming the role, since a dropped message is never what a caller
-    meant."""
+    meant. A role the template compares upper-cased (``role | upper == 'FUNCTIONS'``) is accepted
+    lower-cased too where its message renders."""
     from .oracle import OracleRejected
 
     try:
-        text = render_probe(oracle, UNKNOWN_ROLE_PROBE, knobs)
+        text = render_probe(oracle, UNKNOWN_ROLE_PROBE, knobs, lead)
     except OracleRejected:
         text = ""
     if "zzq7content" in text:
         return ()
-    rendered = {role for role in STANDARD_ROLES if role not in compared and renders_role(oracle, role, knobs)}
+    candidates = [role for role in STANDARD_ROLES if role not in compared]
+    candidates += sorted({role.lower() for role in compared} - set(compared) - set(STANDARD_ROLES))
+    rendered = {role for role in candidates if renders_role(oracle, role, knobs, lead)}
     return tuple(sorted(set(compared) | rendered | set(CONVERSATION_ROLES)))
+
+
+def required_lead(renders: Callable[[list[dict]], bool], roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The roles of the messages a template requires before its first user message: ``()`` when
+    a lone user message renders, else the first of ``roles`` (lower-case names first) whose
+    message, alone or after a system message, makes one render (firefunction-v1 refuses every
+    conversation without a ``functions`` message). ``renders(messages)`` says whether it renders."""
+    if renders([_PROBE_USER]):
+        return ()
+    others = sorted({*roles, *(role.lower() for role in roles)} - set(CONVERSATION_ROLES), key=lambda r: (r != r.lower(), r))
+    for role in others:
+        for lead in ((role,), ("system", role)):
+            if renders(with_lead([_PROBE_USER], lead)):
+                return lead
+    return ()
+
+
 
 
 STANDARD_ROLES = ("system", "user", "assistant", "tool")
@@ -153,7 +183,18 @@ _PROBE_USER = {"role": "user", "content": "Hello."}
 _PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 
 
-def renders_role(oracle, role: str, knobs: tuple[str, ...] = ()) -> bool:
+def renders_probe(oracle, messages: list[dict], knobs: tuple[str, ...] = ()) -> bool:
+    """Whether :func:`render_probe` renders ``messages`` in some setting."""
+    from .oracle import OracleRejected
+
+    try:
+        render_probe(oracle, messages, knobs)
+    except OracleRejected:
+        return False
+    return True
+
+
+def renders_role(oracle, role: str, knobs: tuple[str, ...] = (), lead: tuple[str, ...] = ()) -> bool:
     """Whether some short conversation ending in a ``role`` message shows that message's content."""
     from .oracle import OracleRejected
 
@@ -166,7 +207,7 @@ def renders_role(oracle, role: str, knobs: tuple[str, ...] = ()) -> bool:
     )
     for context in contexts:
         try:
-            if "zzq7content" in render_probe(oracle, [*context, message], knobs):
+            if "zzq7content" in render_probe(oracle, [*context, message], knobs, lead):
                 return True
         except OracleRejected:
             continue
@@ -223,7 +264,7 @@ def special_tokens_read(ast: nodes.Template) -> tuple[str, ...]:
 PROBE_ARGUMENTS = {"city": "Paris", "days": 3}
 
 
-def probe_tool_arguments(oracle, roles: tuple[str, ...], knobs: tuple[str, ...] = ()) -> str:
+def probe_tool_arguments(oracle, roles: tuple[str, ...], knobs: tuple[str, ...] = (), lead: tuple[str, ...] = ()) -> str:
     """Which form of tool-call arguments the template renders faithfully.
 
     Renders one tool call with dict arguments and one with the same arguments as
@@ -244,7 +285,7 @@ def probe_tool_arguments(oracle, roles: tuple[str, ...], knobs: tuple[str, ...] 
                 {"role": "assistant", "content": content, "tool_calls": [call]},
             ]
             try:
-                text = render_probe(oracle, messages, knobs)
+                text = render_probe(oracle, messages, knobs, lead)
             except OracleRejected:
                 continue
             if "get_weather" in text:
@@ -294,7 +335,9 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
     """
     ast = parse_template(source, name)
     knobs, special, runtime = split_free_variables(ast, special_tokens, name)
-    roles = accepted_roles(oracle, compared_roles(ast), knobs)
+    compared = compared_roles(ast)
+    lead = required_lead(lambda messages: renders_probe(oracle, messages, knobs), compared)
+    roles = accepted_roles(oracle, compared, knobs, lead)
     return TemplateFacts(
         name=name,
         source=source,
@@ -303,7 +346,8 @@ def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -
         knobs=knobs,
         special_tokens=special,
         roles=roles,
-        tool_arguments=probe_tool_arguments(oracle, roles, knobs),
+        tool_arguments=probe_tool_arguments(oracle, roles, knobs, lead),
         runtime_special_tokens=runtime,
         undefined_names=undefined_names(ast),
+        lead_roles=lead,
     )

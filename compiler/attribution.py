@@ -12,7 +12,9 @@ template's own text, independently of how the marks are made:
   ``split`` on a marker, ``trim``), and that the template writes as it is. Call ids keep their
   length (Mistral's templates check it) and stay paired: a tool message's ``tool_call_id`` is the
   needle of the call it answers (Gemma-4 looks the call up by it), so an id's needle is the text
-  of each message that carries it, and written, it may be marked as either's. Empty strings stay
+  of each message that carries it, and written, it may be marked as either's. An id's needle ends
+  with what makes it unique (``wwwwwwW3``), so the end of an id a template slices off
+  (``tool_call.id[-9:]``, vLLM's Mistral template) is found as that id's text too. Empty strings stay
   empty (templates test emptiness).
 * "Where the template writes a message's text" is then where its needles occur in the render;
   :func:`attribution_mismatch` compares that, character by character, with the marks: every
@@ -28,6 +30,7 @@ token level too.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: What a template may write around argument needles when it serialises arguments as JSON.
@@ -36,6 +39,8 @@ JSON_PUNCTUATION = frozenset('{}[]":, \n')
 KEPT_FIELDS = ("role", "type")
 #: Fields holding a call id (its length is kept).
 ID_FIELDS = ("id", "tool_call_id")
+#: The needle of a call id (see Needles.call_id).
+ID_NEEDLE = re.compile(r"w+W[0-9]+")
 
 
 class Needles:
@@ -54,7 +59,7 @@ class Needles:
         needle = self.ids.get(original)
         if needle is None:
             serial, length = str(len(self.ids)), len(original)
-            needle = ("W" + serial + "w" * length)[:length] if length > len(serial) + 1 else original
+            needle = ("w" * length + "W" + serial)[-length:] if length > len(serial) + 1 else original
             self.ids[original] = needle
         if needle != original:
             self.owner[needle] = self.owner.get(needle, frozenset()) | {message_index}
@@ -106,7 +111,11 @@ def expected_marks(text: str, owners: dict[str, frozenset[int]]) -> dict[int, fr
     needle in ``text``."""
     marks: dict[int, frozenset[int]] = {}
     for needle, index in owners.items():
-        for written in {needle, needle.upper(), needle.lower()}:  # (a template may change its case)
+        pieces = {needle}
+        if ID_NEEDLE.fullmatch(needle):  # the end of an id, from its last w on (`id[-9:]`)
+            pieces |= {needle[start:] for start in range(needle.index("W"))}
+        forms = {form for piece in pieces for form in (piece, piece.upper(), piece.lower())}  # (a template may change its case)
+        for written in forms:
             at = text.find(written)
             while at >= 0:
                 for offset in range(at, at + len(written)):
@@ -132,7 +141,11 @@ def attribution_mismatch(
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but marked as message {actual[offset]}'s"
     for offset in sorted(actual):
-        if offset not in expected and text[offset] not in JSON_PUNCTUATION:
+        if (
+            offset not in expected
+            and text[offset] not in JSON_PUNCTUATION
+            and not _slice_of_own_needle(text, actual, offset, owners)
+        ):
             return (
                 f"character {offset} ({_around(text, offset)}) is marked as message {actual[offset]}'s text but is not"
             )
@@ -141,6 +154,25 @@ def attribution_mismatch(
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {UNMARKED}"
     return None
+
+
+def _slice_of_own_needle(text: str, actual: dict[int, int], offset: int, owners: dict[str, frozenset[int]]) -> bool:
+    """Whether the marked run of text around ``offset`` is the start or the end of a needle of the
+    message it is marked as: a template that cuts a message's string (``value[:n]``, ``id[-9:]``)
+    writes that much of it, and it is that message's text."""
+    index = actual[offset]
+    low, high = offset, offset + 1
+    while low > 0 and actual.get(low - 1) == index:
+        low -= 1
+    while actual.get(high) == index:
+        high += 1
+    piece = text[low:high]
+    return any(
+        written.startswith(piece) or written.endswith(piece)
+        for needle, owner in owners.items()
+        if index in owner
+        for written in (needle, needle.upper(), needle.lower())
+    )
 
 
 UNMARKED = "unmarked"

@@ -102,6 +102,9 @@ class ConversationFeatures:
     tool_calls: bool = True
     max_tool_calls: int = 3  # calls per assistant turn (Llama 3.x templates allow only one)
     tools: bool = True  # draw a `tools` list (or None)
+    # messages the template requires before the first user message, after any system message
+    # (firefunction-v1 refuses a conversation without a `functions` message); each is in `roles`
+    lead_roles: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.arguments_form not in ("dict", "string"):
@@ -110,6 +113,24 @@ class ConversationFeatures:
             raise ValueError("max_messages must be at least 1")
         if "user" not in self.roles:
             raise ValueError("roles must include 'user'")
+        if not set(self.lead_roles) <= set(self.roles):
+            raise ValueError(f"lead roles {self.lead_roles} must be among the roles {self.roles}")
+
+
+#: What a required lead message says (see ``ConversationFeatures.lead_roles``).
+LEAD_CONTENT = "Context."
+
+
+def with_lead(messages: list[dict], lead: tuple[str, ...]) -> list[dict]:
+    """``messages`` with the ``lead`` messages first (after a first system message, unless the lead
+    starts with one); a lead message already there is not repeated."""
+    out = list(messages)
+    start = 1 if out and out[0].get("role") == "system" and lead[:1] != ("system",) else 0
+    for role in lead:
+        if not (start < len(out) and out[start].get("role") == role):
+            out.insert(start, {"role": role, "content": LEAD_CONTENT})
+        start += 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -234,6 +255,9 @@ def _endless_conversation(draw, features: ConversationFeatures, tool_names: list
     """
     if with_system:
         yield {"role": "system", "content": draw(TEXT)}
+    for role in features.lead_roles:
+        if not (role == "system" and with_system):
+            yield {"role": role, "content": draw(TEXT)}
     while True:
         if "developer" in features.roles and draw(st.sampled_from((False, False, False, True))):
             yield {"role": "developer", "content": draw(TEXT)}
@@ -393,6 +417,7 @@ def fixed_edge_cases(features: ConversationFeatures = ConversationFeatures()) ->
     cases = plain + (with_tools if features.tool_calls else [])
     base = [user, answer]
     cases += [Case(base, knobs={name: value}) for name, values in features.knobs for value in values]
+    cases = [dataclasses.replace(case, messages=with_lead(case.messages, features.lead_roles)) for case in cases]
     cases = [case for case in cases if all(m["role"] in features.roles for m in case.messages)]
     cases = [dataclasses.replace(case, knobs={**dict(features.base_knobs), **case.knobs}) for case in cases]
     return copy.deepcopy(cases)  # no message dict shared between cases

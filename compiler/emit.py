@@ -130,6 +130,8 @@ def emit_module(
     lines.append(f"    SPECIAL_TOKENS = {{{', '.join(special)}}}")
     lines.append(f"    ROLES = {tuple(facts.roles)!r}")
     lines.append(f"    TOOL_ARGUMENTS = {facts.tool_arguments!r}")
+    if facts.lead_roles:
+        lines.append(f"    LEAD_ROLES = {tuple(facts.lead_roles)!r}")
     lines.append(f"    CONTENT_FORMAT = {detect_content_format(facts.ast)!r}")
     if turn is not None:
         lines.append(f"    TURN = {dataclass_literal(turn.turn)}")

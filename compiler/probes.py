@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from rllm_renderers.jinja import runtime as jinja
 from rllm_renderers.turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat
 from rllm_renderers.core.output import RenderOutput
-from rllm_renderers.turns.parsing import parse_text
+from rllm_renderers.turns.parsing import parse_text, starts_in_call
 
 from .literals import docstring_repr as shown  # a template string in the class docstring
 from .literals import docstring_text
@@ -144,6 +144,16 @@ class Prober:
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         if self.raw:
             return self.render_raw(messages, add_generation_prompt)
+        text = self.render_form(messages, add_generation_prompt)
+        contents = [message["content"] for message in messages if isinstance(message.get("content"), str)]
+        contents = [content for content in contents if content]
+        if self.renderer.CONTENT_FORMAT == "parts" and contents and not any(content in (text or "") for content in contents):
+            # a template that reads content only as OpenAI content parts (Idefics: `for line in
+            # message['content']`) writes none of a string's: probe it with parts
+            text = self.render_form([as_text_parts(message) for message in messages], add_generation_prompt) or text
+        return text
+
+    def render_form(self, messages: list[dict], add_generation_prompt: bool) -> str | None:
         # a template that cannot render without a tool list is probed with an empty one
         for tools in (None, []) if self.tools is None else (self.tools,):
             try:
@@ -552,7 +562,10 @@ class Prober:
             completion = self.tool_completion(messages)
             if completion is None or any(name not in completion for name, _ in calls):
                 continue  # the template does not render these calls (one call per turn)
-            parsed = parse_text(completion, reasoning=None, tool_calls=syntax, reasoning_prefilled=False)
+            lead = self.plain_lead() if syntax.prefilled_start else ""
+            lead = lead if lead and completion.startswith(lead) else ""
+            text, in_call = completion[len(lead) :], starts_in_call(syntax, lead)
+            parsed = parse_text(text, reasoning=None, tool_calls=syntax, reasoning_prefilled=False, in_call=in_call)
             read = [(call.name, call.arguments) for call in parsed.calls]
             if read != calls:
                 raise ProbeError(f"the tool-call syntax learned from the probes reads {completion!r} back as {read!r}")
@@ -574,8 +587,30 @@ class Prober:
             double = None  # the template renders only the first call
         if double is None:
             self.notes.append("the template renders at most one tool call per turn")
+        prefilled = self.prefilled_call_start(single, double)
+        if prefilled:  # learn from the calls as the template writes them, start included
+            single = prefilled + single
+            double = prefilled + double if double.startswith(FIRST_TOOL) else double
         single = single.replace(FIRST_ID, ID_SLOT)
         double = None if double is None else double.replace(FIRST_ID, ID_SLOT).replace(SECOND_ID, ID_SLOT)
+        syntax = self.call_syntax(single, double, arguments)
+        if prefilled and syntax.call_start != prefilled:
+            raise ProbeError(f"the prompt ends with {prefilled!r}, which is not the learned call start {syntax.call_start!r}")
+        return dataclasses.replace(syntax, prefilled_start=True) if prefilled else syntax
+
+    def prefilled_call_start(self, single: str, double: str | None) -> str:
+        """The call start the generation prompt ends with, when a tool-calling turn starts with the
+        name (Functionary-v3.2's prompt ends with ``>>>``, which starts every call): the end of the
+        prompt that also precedes the second call's name. "" when there is none (MiniCPM3's calls
+        start with their names), or when an answer starts with no lead of its own (``all``), which
+        alone tells an answer from a call."""
+        if not single.startswith(FIRST_TOOL) or double is None:
+            return ""
+        start = common_suffix(self.renderer.generation_prompt(), double[: double.index(SECOND_TOOL)])
+        return start if start.strip() and self.plain_lead().strip() else ""
+
+    def call_syntax(self, single: str, double: str | None, arguments: dict) -> ToolCallFormat:
+        """The call syntax of the single- and two-call turns (ids replaced by ID_SLOT)."""
         rendered_arguments = find_json(single, arguments)
         if rendered_arguments is not None:
             return free_of_needles(with_call_id(self.json_style(single, double, rendered_arguments)))
@@ -957,6 +992,12 @@ class Prober:
         return sorted(self.stop_tokens, key=len, reverse=True)
 
 
+def as_text_parts(message: dict) -> dict:
+    """``message`` with string content as one text part (``[{"type": "text", "text": ...}]``)."""
+    content = message.get("content")
+    return {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
+
+
 class ProbeError(Exception):
     pass
 
@@ -1092,9 +1133,10 @@ def python_literal(text: str) -> Any:
 
 def with_call_id(syntax: ToolCallFormat) -> ToolCallFormat:
     """``syntax`` with the call id (``ID_SLOT`` in a delimiter) read from where the template writes it:
-    between the name and the arguments (Mistral Small: ``NAME[CALL_ID]ID[ARGS]``) or, in the JSON
-    style, after the arguments (Mistral Nemo: ``..., "id": "ID"}``)."""
-    places = ("name_end", "call_end") if syntax.style == "json" else ("name_end",)
+    between the name and the arguments (Mistral Small: ``NAME[CALL_ID]ID[ARGS]``), before the name
+    (``{"id": "ID", "name": "NAME", ...``) or, in the JSON style, after the arguments (Mistral
+    Nemo: ``..., "id": "ID"}``)."""
+    places = ("name_end", "call_start", "call_end") if syntax.style == "json" else ("name_end", "call_start")
     for place in places:
         before, slot, after = getattr(syntax, place).partition(ID_SLOT)
         if slot and ID_SLOT not in after and after:

@@ -24,7 +24,7 @@ from rllm_renderers.jinja import runtime as jinja
 
 from .attribution import attribution_mismatch, needle_conversation, only_unmarked
 from .case_features import case_features, disagreement_table
-from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases
+from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases, with_lead
 from .oracle import OracleRejected, TemplateOracle
 
 DEFAULT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -131,17 +131,23 @@ def features_for(
     named = renderer_class.ROLES or tuple(template_roles)
     roles = tuple(role for role in DEFAULT_ROLES if role in named) or DEFAULT_ROLES
     roles = tuple(dict.fromkeys(roles + ("user", "assistant")))
+    lead = renderer_class.LEAD_ROLES
+    roles += tuple(role for role in lead if role not in roles)
+    probe = with_lead(PROBE_CONVERSATION, lead)
     arguments_form = "string" if renderer_class.TOOL_ARGUMENTS == "string" else "dict"
     candidates = {knob: knob_candidates.get(knob, (True, False)) for knob in renderer_class.KNOBS}
-    base = base_knob_values(build, candidates)
-    knobs = tuple((knob, accepted_knob_values(build, knob, candidates[knob], base)) for knob in renderer_class.KNOBS)
+    base = base_knob_values(build, candidates, probe)
+    knobs = tuple(
+        (knob, accepted_knob_values(build, knob, candidates[knob], base, probe)) for knob in renderer_class.KNOBS
+    )
     return ConversationFeatures(
         roles=roles,
         knobs=knobs,
         base_knobs=tuple(base.items()),
         arguments_form=arguments_form,
         tool_calls="tool" in roles,
-        max_tool_calls=max_tool_calls(build),
+        max_tool_calls=max_tool_calls(build, probe),
+        lead_roles=lead,
     )
 
 
@@ -154,41 +160,45 @@ def probe_builder(renderer_class: type, special_tokens: dict[str, str] | None) -
     return lambda **knobs: renderer_class(None, special_tokens=dict(special_tokens or {}), **knobs)
 
 
-def renders_plainly(build: Callable[..., Any], knobs: dict) -> bool:
+def renders_plainly(build: Callable[..., Any], knobs: dict, probe: list[dict] = PROBE_CONVERSATION) -> bool:
     try:
-        build(**knobs).render_text(PROBE_CONVERSATION, add_generation_prompt=True)
+        build(**knobs).render_text(probe, add_generation_prompt=True)
     except ValueError:
         return False
     return True
 
 
-def base_knob_values(build: Callable[..., Any], candidates: dict[str, tuple]) -> dict:
+def base_knob_values(
+    build: Callable[..., Any], candidates: dict[str, tuple], probe: list[dict] = PROBE_CONVERSATION
+) -> dict:
     """Knob values every case starts from: none when the template renders a plain conversation
     with its knobs unset; else the first choice, taking the i-th candidate of every knob, that
     renders it (firefunction-v2 needs both `functions` and `datetime` to be strings)."""
-    if not candidates or renders_plainly(build, {}):
+    if not candidates or renders_plainly(build, {}, probe):
         return {}
     for position in range(max(len(values) for values in candidates.values())):
         choice = {knob: values[min(position, len(values) - 1)] for knob, values in candidates.items() if values}
-        if renders_plainly(build, choice):
+        if renders_plainly(build, choice, probe):
             return choice
     return {}
 
 
-def accepted_knob_values(build: Callable[..., Any], knob: str, candidates: tuple, base: dict | None = None) -> tuple:
+def accepted_knob_values(
+    build: Callable[..., Any], knob: str, candidates: tuple, base: dict | None = None, probe: list[dict] = PROBE_CONVERSATION
+) -> tuple:
     """The candidate values with which the template renders a plain conversation (the other
     knobs at their ``base`` values)."""
-    accepted = tuple(value for value in candidates if renders_plainly(build, {**(base or {}), knob: value}))
+    accepted = tuple(value for value in candidates if renders_plainly(build, {**(base or {}), knob: value}, probe))
     return accepted or candidates[:1]
 
 
-def max_tool_calls(build: Callable[..., Any]) -> int:
+def max_tool_calls(build: Callable[..., Any], probe: list[dict] = PROBE_CONVERSATION) -> int:
     """1 when the template refuses two tool calls in one turn (Llama 3.x), else 3."""
     call = {"id": "call00001", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
     for content in (None, ""):
         turn = {"role": "assistant", "content": content, "tool_calls": [call, dict(call, id="call00002")]}
         try:
-            build().render_text(PROBE_CONVERSATION + [turn])
+            build().render_text(probe + [turn])
         except ValueError:
             continue
         return 3

@@ -257,3 +257,69 @@ def test_items_of_a_computed_sequence_read_missing_fields_as_undefined(tmp_path)
     renderer_class, compiled = compile_inline(tmp_path, "loop_over_computed", LOOP_OVER_COMPUTED)
     renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
     assert renderer.render_text([USER, ASSISTANT]) == "<u>What is up?\n<assistant>Not much.\n"
+
+
+# firefunction-v1 style: the template needs a `functions` message right after the (optional)
+# system message and refuses every conversation without one; roles are compared upper-cased.
+FUNCTIONS_ROLE_REQUIRED = (
+    "{%- set message_roles = ['SYSTEM', 'FUNCTIONS', 'USER', 'ASSISTANT', 'TOOL'] -%}"
+    "{%- set ns = namespace(messages=messages, content='') -%}{{ bos_token }}"
+    "{%- if not ns.messages -%}{{ raise_exception('No messages') }}{%- endif -%}"
+    "{%- if ns.messages[0]['role'] | upper != 'SYSTEM' -%}"
+    "{%- set ns.messages = [{'role': 'SYSTEM', 'content': 'You may call functions.'}] + ns.messages -%}{%- endif -%}"
+    "{%- if ns.messages | length < 2 or ns.messages[1]['role'] | upper != 'FUNCTIONS' -%}"
+    '{{ raise_exception(\'Expected either "functions" or ["system", "functions"] as the first messages\') }}'
+    "{%- endif -%}"
+    "{%- for message in ns.messages -%}{%- set role = message['role'] | upper -%}"
+    "{%- if role not in message_roles -%}{{ raise_exception('Invalid role ' + message['role']) }}{%- endif -%}"
+    "{%- set ns.content = message['content'] if message.get('content') else '' -%}"
+    "{%- if role == 'ASSISTANT' -%}{%- set ns.content = '<plain>' + ns.content + eos_token -%}{%- endif -%}"
+    "{{ role }}: {{ ns.content }}{{ '\\n\\n' }}{%- endfor -%}ASSISTANT:{{ ' ' }}"
+)
+
+
+def test_a_role_the_template_requires_is_learned_and_generated(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "functions_role", FUNCTIONS_ROLE_REQUIRED, cases=30)
+    assert "functions" in renderer_class.ROLES
+    features = features_for(
+        renderer_class,
+        knob_candidates(compiled.facts.ast, compiled.facts.knobs),
+        compared_roles(compiled.facts.ast),
+        compiled.placeholders,
+    )
+    assert features.lead_roles == ("functions",)
+    report = verify_compiled(renderer_class, compiled, cases=30, seed=0)
+    assert report.text_checked - report.rejected_alike >= 20  # conversations that render, not only refusals
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    lead = {"role": "functions", "content": "[]"}
+    assert renderer.render_text([lead, USER, ASSISTANT]).endswith(
+        "FUNCTIONS: []\n\nUSER: What is up?\n\nASSISTANT: <plain>Not much.<{eos_token}>\n\nASSISTANT: "
+    )
+
+
+# vLLM's Mistral tool template writes the last 9 characters of a call id (`tool_call.id[-9:]`): a
+# piece of the caller's id, which render() marks as that message's text.
+SLICED_CALL_IDS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.id[-9:] }}]{% endfor %}"
+    "{% if m.tool_call_id is defined %}({{ m.tool_call_id[-9:] }}){% endif %}</{{ m.role }}>\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_sliced_call_ids_are_attributed_to_their_messages(tmp_path):
+    _, compiled = compile_inline(tmp_path, "sliced_call_ids", SLICED_CALL_IDS, cases=40)
+
+
+# Qwen-3.6 community templates cut long tool arguments (`value[:max_tool_arg_chars]`): the start
+# of a caller's string, which render() marks as that message's text.
+SLICED_ARGUMENTS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}{% for k, v in c.function.arguments | items %}"
+    "[{{ k }}={{ v[:limit | default(2)] if v is string else v }}]{% endfor %}{% endfor %}</{{ m.role }}>\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_the_start_of_a_cut_string_is_attributed_to_its_message(tmp_path):
+    compile_inline(tmp_path, "sliced_arguments", SLICED_ARGUMENTS, cases=40)

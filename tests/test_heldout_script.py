@@ -26,14 +26,35 @@ def load_script():
     return module
 
 
-def compiled_by_the_script(tmp_path: Path):
-    """(the script, the template file) after the script compiled TEMPLATE, verified and read back clean."""
+def compiled_by_the_script(tmp_path: Path, stem: str = "chatml_tools", source: str = TEMPLATE):
+    """(the script, the template file) after the script compiled ``source``, verified and read back clean."""
     heldout = load_script()
-    template = tmp_path / "chatml_tools.jinja"
-    template.write_text(TEMPLATE, encoding="utf-8")
+    template = tmp_path / f"{stem}.jinja"
+    template.write_text(source, encoding="utf-8")
     outcome = heldout.compile_one(template, tmp_path / "out", cases=10, timeout=600)
     assert outcome.result == "verified" and "round trip" not in outcome.detail, outcome.detail
     return heldout, template
+
+
+def test_a_file_name_that_is_no_module_name_is_still_read_back(tmp_path, monkeypatch):
+    """generate normalizes the model id to a module name (``Chat-ML.Tools`` -> ``chat_ml_tools``):
+    the read-back must find that module, not skip the template silently."""
+    heldout = load_script()
+    seen = []
+    monkeypatch.setattr(heldout.subprocess, "run", spy_on_run(heldout.subprocess.run, seen))
+    compiled_by_the_script(tmp_path, stem="Chat-ML.Tools")
+    read_back = [command for command in seen if "--round-trip" in command]
+    assert len(read_back) == 1, seen
+    module = Path(read_back[0][-1])
+    assert module.is_file() and module.name != "Chat-ML.Tools.py", module
+
+
+def spy_on_run(run, seen: list):
+    def spy(command, *args, **kwargs):
+        seen.append(list(command))
+        return run(command, *args, **kwargs)
+
+    return spy
 
 
 def test_a_verified_class_is_read_back_and_a_wrong_stop_shows(tmp_path):
@@ -76,3 +97,10 @@ def test_the_bridge_from_each_read_back_turn_is_checked_against_the_full_render(
 
     renderer.bridge_to_next_turn = one_token_off
     assert check() == ["bridge: WRONG tokens"]
+
+
+def test_a_template_that_writes_only_the_first_call_is_read_back_as_it_writes_it(tmp_path):
+    """GigaChat-3.1 writes ``tool_calls[0]`` only: the read-back expects the calls the render holds."""
+    first_call_only = TEMPLATE.replace("m.tool_calls or []", "(m.tool_calls or [])[:1]")
+    assert first_call_only != TEMPLATE
+    compiled_by_the_script(tmp_path, stem="first_call_only", source=first_call_only)

@@ -536,6 +536,36 @@ def test_macro_arity_errors():
     assert check("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}")[0] == "error"
 
 
+def test_a_slice_of_an_input_string_with_bounds_that_are_no_integers_raises_as_in_jinja():
+    # Jinja compiles `s[:n]` to Python's own slice (no getitem fallback to Undefined)
+    source = "{{ messages[0].content[:limit] }}|{{ messages[0].content[limit:] }}"
+    outcomes = check_all(source, [{"limit": 1}, {"limit": "x"}, {"limit": 2.5}, {"limit": None}])
+    assert [outcome[0] for outcome in outcomes] == ["text", "error", "error", "text"]
+
+
+def test_macros_held_in_variables_called_with_star_arguments():
+    """Jamba-1.6 style: macros kept in a list, each called with its own list of arguments."""
+    source = (
+        "{% macro tools_section(tools) %}[T:{{ tools | length }}]{% endmacro %}"
+        "{% macro docs_section(docs, title='D') %}[{{ title }}:{{ docs | join(',') }}]{% endmacro %}"
+        "{% macro none_section() %}[N{{ varargs | length }}]{% endmacro %}"
+        "{% set macros = [tools_section, docs_section, none_section] %}"
+        "{% set params = [[tools or []], [docs or [], 'Docs'], [1, 2]] %}"
+        "{% for i in range(macros | length) %}{{ macros[i](*params[i]) }}{% endfor %}"
+        "{% set options = {'title': 'K'} %}{{ docs_section(['z'], **options) }}{{ docs_section(*['y'], **{}) }}"
+        "{{ messages[0].content }}"
+    )
+    outcomes = check_all(source, [{}, {"docs": ["a", "b"]}, {"tools": [{"name": "f"}], "docs": []}])
+    assert outcomes[1] == ("text", "[T:0][Docs:a,b][N2][K:z][D:y]hi")
+
+
+def test_keyword_arguments_from_a_dict_are_refused_where_a_parameter_is_renamed():
+    # `**` passes Jinja's names; a parameter the translator renames (`json` -> `json_`) would not match
+    source = "{% macro m(json) %}{{ json }}{% endmacro %}{{ m(**{'json': 1}) }}"
+    with pytest.raises(CompileError, match=r"\*\*"):
+        emit(source)
+
+
 def test_macro_scope_does_not_leak():
     source = "{% set x = 'outer' %}{% macro m() %}{% set x = 'inner' %}{{ x }}{% endmacro %}{{ m() }}{{ x }}"
     check(source)
@@ -1172,7 +1202,7 @@ def test_raise_exception_is_a_raise_statement():
         ("{% for x in xs %}{{ loop(x) }}{% endfor %}", "loop", 1),
         ("\n{{ xs|random }}", "random", 2),
         ("{{ frob(1) }}", "frob", 1),
-        ("{{ f(*args) }}", "*args", 1),
+        ("{% macro m(json) %}{% endmacro %}{{ m(**{'json': 1}) }}", "**kwargs", 1),
         ("{% for x in xs %}\n{{ loop }}{% endfor %}", "loop", 2),
         ("\n\n\n{{ lipsum(2) }}", "lipsum", 4),
         ("{% extends 'base.jinja' %}", "{% extends %}", 1),

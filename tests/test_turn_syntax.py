@@ -10,6 +10,7 @@ tests/test_corpus_coverage.py.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -793,3 +794,83 @@ def test_reasoning_the_template_cuts_out_of_the_content_is_parsed_and_kept_by_th
 def test_a_prefilled_tag_the_template_writes_before_every_answer_is_no_reasoning_block(tmp_path):
     renderer_class, _ = compile_inline(tmp_path, "tag_before_answers", PREFILLED_TAG_BEFORE_EVERY_ANSWER)
     assert renderer_class.REASONING is None, renderer_class.__doc__
+
+
+# Functionary-v3.2 style: the generation prompt ends with the call start `>>>`; the model writes
+# `all\n` and its answer, or a function's name, a newline and the JSON arguments (more calls each
+# after another `>>>`). A turn that does not start with the answer's lead starts inside a call.
+CALL_START_IN_PROMPT = (
+    "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{% if m.role == 'assistant' %}{% if m.content %}{{ '>>>all\\n' + m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}{{ '>>>' + c.function.name + '\\n' + c.function.arguments }}{% endfor %}"
+    "{% else %}{{ m.content }}{% endif %}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n>>>{% endif %}"
+)
+
+
+def test_a_call_start_the_generation_prompt_ends_with_is_learned_and_parsed(tmp_path):
+    renderer_class, renderer, syntax = learned_calls(tmp_path, "call_start_in_prompt", CALL_START_IN_PROMPT)
+    assert (syntax.call_start, syntax.name_end, syntax.prefilled_start) == (">>>", "\n", True)
+    arguments = {"city": "Paris >>>all", "n": 3}
+    for turn in (
+        tool_calling_turn("", ("get_weather", arguments)),
+        tool_calling_turn("Let me look.", ("get_weather", arguments), ("noop", {})),
+        tool_calling_turn("", ("get_weather", arguments), ("noop", {})),
+    ):
+        turn["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": json.dumps(call["function"]["arguments"])}}
+            for call in turn["tool_calls"]
+        ]
+        _, _, parsed, calls = calls_read_back(renderer, turn)
+        assert [(name, arguments, status) for name, arguments, status in calls] == [
+            (call["function"]["name"], json.loads(call["function"]["arguments"]), "ok") for call in turn["tool_calls"]
+        ]
+        assert (parsed.content or "") == turn["content"]
+    prompt, completion = sampled(renderer, [USER], {"role": "assistant", "content": "Hi there"})
+    parsed = renderer.parse_response(completion, prompt_ids=prompt)
+    assert (parsed.content, parsed.tool_calls) == ("Hi there", [])
+
+
+# A Mistral-v0.3 variant: each call's id comes first in its JSON object, inside the call start.
+CALL_ID_IN_CALL_START = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }}[/INST]"
+    "{% elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS] ["
+    '{% for c in m.tool_calls %}{{ \'{"id": "\' + c.id + \'", "name": "\' + c.function.name + \'", "arguments": \' }}'
+    "{{ c.function.arguments | tojson }}}{% if not loop.last %}, {% else %}]{{ eos_token }}{% endif %}{% endfor %}"
+    "{% elif m.role == 'assistant' %} {{ m.content }}{{ eos_token }}"
+    "{% elif m.role == 'tool' %}[TOOL_RESULTS] {{ m.content }} {{ m.tool_call_id }}[/TOOL_RESULTS]{% endif %}{% endfor %}"
+)
+
+
+def test_a_call_id_written_inside_the_call_start_is_learned_and_parsed(tmp_path):
+    _, renderer, syntax = learned_calls(tmp_path, "call_id_in_start", CALL_ID_IN_CALL_START)
+    assert (syntax.call_start, syntax.call_id_after, syntax.call_id_end, syntax.name_end) == (
+        '{"id": "',
+        "call_start",
+        '", "name": "',
+        '", "arguments": ',
+    )
+    arguments = {"city": 'Paris "x", "id": "y"', "n": 3}
+    turn = tool_calling_turn("", ("get_weather", arguments), ("noop", {}))
+    for number, call in enumerate(turn["tool_calls"]):
+        call["id"] = f"abcdefgh{number}"
+    prompt, completion, parsed, calls = calls_read_back(renderer, turn)
+    assert calls == [("get_weather", arguments, "ok"), ("noop", {}, "ok")]
+    assert [call.id for call in parsed.tool_calls] == ["abcdefgh0", "abcdefgh1"]
+
+
+# Idefics style: content is read only as OpenAI content parts (`for line in message['content']`).
+CONTENT_PARTS_ONLY = (
+    "{% for m in messages %}{{ m.role.capitalize() }}:{% for line in m.content %}{% if line.type == 'text' %}"
+    " {{ line.text }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def test_a_template_that_reads_content_parts_only_is_probed_with_parts(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "content_parts_only", CONTENT_PARTS_ONLY)
+    assert renderer_class.CONTENT_FORMAT == "parts" and not renderer_class.UNLEARNED, renderer_class.UNLEARNED
+    assert renderer_class.TURN.close == "<end_of_utterance>"
+    renderer = structural_renderer(renderer_class, compiled)
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "Fine."}]}
+    prompt, completion = sampled(renderer, [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], answer)
+    assert renderer.parse_response(completion, prompt_ids=prompt).content.strip() == "Fine."

@@ -301,12 +301,11 @@ class ExpressionLowering:
         raise self.error(node, f"cannot translate loop.{node.node.attr}()")
 
     def expr_Call(self, node: nodes.Call) -> PyExpr:
-        if node.dyn_args is not None or node.dyn_kwargs is not None:
-            raise self.error(node, "cannot translate a call with *args or **kwargs")
         function = node.node
+        starred = node.dyn_args is not None or node.dyn_kwargs is not None
         if isinstance(function, nodes.Name) and function.name == "loop" and self.loops and self.loops[-1].function:
             loop = self.loops[-1]
-            if len(node.args) != 1 or node.kwargs:
+            if len(node.args) != 1 or node.kwargs or starred:
                 raise self.error(node, "loop(...) of a recursive loop takes exactly one argument")
             deeper = ast.BinOp(left=name(loop.depth), op=ast.Add(), right=const(1))
             return PyExpr(call(name(loop.function), self.expr(node.args[0]).node, deeper), is_str=True)
@@ -319,6 +318,7 @@ class ExpressionLowering:
             ast.keyword(arg=self.keyword_name(kw.key) if is_macro else kw.key, value=self.expr(kw.value).node)
             for kw in node.kwargs
         ]
+        arguments, keywords = self.star_arguments(node, arguments, keywords)
         if isinstance(function, nodes.Getattr):
             target = self.expr(function.node)
             method = attribute(target.node, function.attr)
@@ -332,7 +332,26 @@ class ExpressionLowering:
                 raise self.error(node, f"cannot translate a call to the unknown function {function.name!r}")
             is_str = function.name in self.macros or function.name == "caller"
             return PyExpr(ast.Call(func=resolved.node, args=arguments, keywords=keywords), is_str=is_str)
+        if isinstance(function, (nodes.Getitem, nodes.Call)):
+            # a macro held in a list or dict (`macros[i](*params[i])`), or one a call returns
+            return PyExpr(ast.Call(func=self.expr(function).node, args=arguments, keywords=keywords))
         raise self.error(node, f"cannot translate a call of {describe(function)}")
+
+    def star_arguments(
+        self, node: nodes.Call, arguments: list[ast.expr], keywords: list[ast.keyword]
+    ) -> tuple[list[ast.expr], list[ast.keyword]]:
+        """``f(*args, **kwargs)``: Python's own unpacking, which is what Jinja's call does. ``**`` passes
+        Jinja's names as they are, so it is refused where the translator renames a macro parameter."""
+        if node.dyn_args is not None:
+            arguments = [*arguments, ast.Starred(value=self.expr(node.dyn_args).node, ctx=ast.Load())]
+        if node.dyn_kwargs is not None:
+            renamed = sorted(name_ for name_ in self.macro_parameters if self.keyword_name(name_) != name_)
+            if renamed:
+                raise self.error(
+                    node, f"cannot translate a call with **kwargs: the macro parameter {renamed[0]!r} has another name in Python"
+                )
+            keywords = [*keywords, ast.keyword(arg=None, value=self.expr(node.dyn_kwargs).node)]
+        return arguments, keywords
 
     def expr_Test(self, node: nodes.Test) -> PyExpr:
         value = self.expr(node.node)

@@ -41,6 +41,7 @@ class ValueKinds:
         self.content_attributes: set[str] = set()  # namespace attributes some `set` binds to content
         self.tool_call_names: set[str] = set()  # template names bound to a tool call
         self.macro_names: set[str] = set()  # every macro the template defines
+        self.macro_parameters: set[str] = set()  # the parameter names of every macro
 
     def find_value_kinds(self, template: nodes.Template) -> None:
         """Which names hold namespaces, computed values (not wrapped template data), Markups or content."""
@@ -86,6 +87,7 @@ class ValueKinds:
     def find_content_names(self, template: nodes.Template) -> None:
         """Names a ``set`` binds to message content, and loop variables over tool calls."""
         self.macro_names = {macro.name for macro in template.find_all(nodes.Macro)}
+        self.macro_parameters = {argument.name for macro in template.find_all(nodes.Macro) for argument in macro.args}
         while True:
             known = (set(self.content_names), set(self.tool_call_names), set(self.content_attributes))
             for assign in template.find_all(nodes.Assign):

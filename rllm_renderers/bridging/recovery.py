@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..turns.parsing import parse_text
+from ..turns.parsing import parse_text, starts_in_call
 from ..turns.messages import RENDERABLE_CALLS, message_from_parse
 from .contract import BridgeableRenderer
 from ..turns.boundaries import close_lead_of, content_lead_of
@@ -349,7 +349,8 @@ def turn_message(renderer: BridgeableRenderer, text: str, stop: str, opening: st
     ``parse_response`` parses a sampled turn; None when it does not parse cleanly."""
     close_lead = close_lead_of(renderer.TURN, text, stop)
     text = text[: len(text) - len(close_lead)]
-    text = text[len(content_lead_of(renderer.TURN, text, tools)) :]
+    lead = content_lead_of(renderer.TURN, text, tools)
+    text = text[len(lead) :]
     reasoning = renderer.REASONING
     if reasoning is not None and reasoning.in_content:
         reasoning = None  # the template reads the block out of the content itself
@@ -360,6 +361,7 @@ def turn_message(renderer: BridgeableRenderer, text: str, stop: str, opening: st
         reasoning_prefilled=renderer._reasoning_prefilled(opening),
         tools=tools,
         close_lead=close_lead,
+        in_call=starts_in_call(renderer.TOOL_CALLS, lead),
     )
     if any(call.status not in RENDERABLE_CALLS for call in parsed.calls) or parsed.reasoning_complete is False:
         return None

@@ -20,7 +20,7 @@ from ..bridging.memory import History, PromptHistories
 from ..turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
 from .output import RenderOutput
 from ..encoding.offsets import inside_ranges, span_values
-from ..turns.parsing import as_token_ids, char_to_token, parse_text, to_parsed_response
+from ..turns.parsing import as_token_ids, char_to_token, parse_text, starts_in_call, to_parsed_response
 from ..turns.boundaries import close_lead_of, content_lead_of, tool_names
 from ..encoding.unencodable import refuse_unencodable
 from ..types import Message, ParsedResponse, RenderedTokens, ToolSpec
@@ -66,6 +66,9 @@ class GeneratedRenderer(ABC):
     ROLES: ClassVar[tuple[str, ...]] = ()
     #: How the template consumes tool-call arguments: "dict", "string" or "either".
     TOOL_ARGUMENTS: ClassVar[str] = "either"
+    #: Roles of the messages the template requires before the first user message (firefunction-v1
+    #: refuses a conversation without a "functions" message); the class's own probes send them.
+    LEAD_ROLES: ClassVar[tuple[str, ...]] = ()
     #: How the template consumes message content: "string" (a list of text parts is joined) or
     #: "parts" (OpenAI content parts, passed as given). None: not learned, content passed as given.
     CONTENT_FORMAT: ClassVar[str | None] = None
@@ -565,7 +568,7 @@ class GeneratedRenderer(ABC):
         after the last message.
         """
         if self._generation_prompt is None:
-            probe = [{"role": "user", "content": "Hello."}]
+            probe = self._probe_conversation()
             # Some templates only render with a tool list (Hermes iterates `tools` unguarded):
             # probe without tools first, then with an empty list.
             for tools in (None, []):
@@ -586,6 +589,11 @@ class GeneratedRenderer(ABC):
             self._generation_prompt = prompt
         return self._generation_prompt
 
+    def _probe_conversation(self) -> list[dict]:
+        """One user message, after the lead messages the template requires (``LEAD_ROLES``)."""
+        lead = [{"role": role, "content": "Context."} for role in self.LEAD_ROLES]
+        return [*lead, {"role": "user", "content": "Hello."}]
+
     def turn_opening(self) -> str:
         """The text that opens an assistant turn before the model samples: the generation prompt, or,
         for a template that writes it inside the last message whatever ``add_generation_prompt`` says
@@ -595,7 +603,7 @@ class GeneratedRenderer(ABC):
         if self._turn_opening is None:
             opening = self.generation_prompt()
             if not opening:
-                probe = [{"role": "user", "content": "Hello."}]
+                probe = self._probe_conversation()
                 for tools in (None, []):
                     try:
                         alone = self.render_text(probe, tools=tools, add_generation_prompt=True)
@@ -706,7 +714,8 @@ class GeneratedRenderer(ABC):
         text = text[: len(text) - len(close_lead)]
         if self.UNLEARNED:
             return _ParsedTurn(None, text, ids, decoded, 0)
-        skipped = len(content_lead_of(self.TURN, text, tools))
+        lead = content_lead_of(self.TURN, text, tools)
+        skipped = len(lead)
         text = text[skipped:]
         reasoning = self.REASONING
         if for_template and reasoning is not None and reasoning.in_content:
@@ -722,6 +731,7 @@ class GeneratedRenderer(ABC):
             reasoning_prefilled=prefilled,
             tools=tools,
             close_lead=close_lead,
+            in_call=starts_in_call(self.TOOL_CALLS, lead),
         )
         return _ParsedTurn(parsed, text, ids, decoded, skipped)
 

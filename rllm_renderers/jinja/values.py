@@ -197,6 +197,8 @@ class TemplateStr(str):
     __slots__ = ()
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):  # Jinja slices in Python itself: bad bounds raise TypeError
+            return TemplateStr(str.__getitem__(self, index))
         try:
             return TemplateStr(str.__getitem__(self, index))
         except IndexError:

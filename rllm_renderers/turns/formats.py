@@ -109,8 +109,9 @@ class ToolCallFormat:
     the template writes before the content of a tool-calling turn only (gpt-oss in harmony: a
     ``commentary`` preamble). ``call_index``: a separator the template writes after the name,
     followed by the call's position in the turn (Kimi-K2's ``functions.NAME:0``), before ``name_end``.
-    ``call_id_after``: the delimiter (``"name_end"`` or ``"call_end"``) after which the template
-    writes the call's id, which ``call_id_end`` ends (Mistral: ``[CALL_ID]`` ID ``[ARGS]``).
+    ``call_id_after``: the delimiter (``"call_start"``, ``"name_end"`` or ``"call_end"``) after which
+    the template writes the call's id, which ``call_id_end`` ends (Mistral: ``[CALL_ID]`` ID ``[ARGS]``;
+    ``{"id": "`` ID ``", "name": "`` NAME ...).
     ``name_json``: the name is written as the body of a JSON string (escaped).
     ``key_value`` style: ``call_start`` NAME ``name_end`` key:VALUE,key:VALUE ``call_end``, keys bare,
     string values between ``string_quote`` (unescaped), objects ``{key:VALUE,...}``, lists
@@ -125,6 +126,10 @@ class ToolCallFormat:
     ``<tool_call>\n{ "arguments": {...}, "name": "NAME"}``); ``name_end`` is then empty.
     ``content_last``: the template writes a tool-calling turn's content after its calls (Gemma-4),
     after ``block_end``, which closes the list of calls (LFM2's ``]<|tool_call_end|>``).
+    ``prefilled_start``: the generation prompt ends with ``call_start``, so a turn that does not
+    start with the answer's lead (``TurnFormat.content_lead``) starts inside its first call
+    (Functionary-v3.2's prompt ends with ``>>>``: the model writes ``all\n`` and its answer, or
+    ``NAME\n{...}``).
     """
 
     style: str
@@ -148,3 +153,4 @@ class ToolCallFormat:
     content_start: str = ""
     call_separator: str = ""
     arguments_end: str = ""
+    prefilled_start: bool = False

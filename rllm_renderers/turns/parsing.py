@@ -60,12 +60,14 @@ def parse_text(
     reasoning_prefilled: bool,
     tools: list[dict] | None = None,
     close_lead: str = "",
+    in_call: bool = False,
 ) -> TextParse:
     """Parse the text of one assistant turn (without its stop token).
 
     ``close_lead``: the close's text that followed ``text`` before the stop (``\n`` of
     ``\n</assistant>``). It is not content, but the end of the last tool call may be written
     with it (Laguna's ``</tool_call>\n`` then ``</assistant>``), so calls are read through it.
+    ``in_call``: the prompt wrote the first call's start (see :func:`starts_in_call`).
     """
     position = 0
     reasoning_text: str | None = None
@@ -98,7 +100,11 @@ def parse_text(
             position += len(reasoning.content_start)
     if tool_calls is None:
         return TextParse(text[position:], reasoning_text, reasoning_complete)
-    calls = [call for call in find_calls(text + close_lead, position, tool_calls, tools) if call.start < len(text)]
+    prefilled = tool_calls.call_start if in_call else ""
+    found = find_calls(text[:position] + prefilled + text[position:] + close_lead, position, tool_calls, tools)
+    for call in found:  # (positions in `text`: the prompt's call start is not in it)
+        call.start, call.end = max(call.start - len(prefilled), position), call.end - len(prefilled)
+    calls = [call for call in found if call.start < len(text) or (in_call and call.start == position)]
     for call in calls:  # a call ended with the close's text ends where the text does
         call.end = min(call.end, len(text))
     if calls and tool_calls.content_start and text.startswith(tool_calls.content_start, position):
@@ -110,6 +116,12 @@ def parse_text(
         if tool_calls.content_last:  # the template writes the content after the calls (Gemma-4)
             content += _strip_prefix(text[calls[-1].end :], tool_calls.block_end)
     return TextParse(content, reasoning_text, reasoning_complete, calls)
+
+
+def starts_in_call(tool_calls: ToolCallFormat | None, content_lead: str) -> bool:
+    """Whether a turn starts inside its first call: the prompt ends with the call start and the
+    turn does not open with the answer's ``content_lead`` (see ``ToolCallFormat.prefilled_start``)."""
+    return tool_calls is not None and tool_calls.prefilled_start and not content_lead
 
 
 def find_calls(text: str, position: int, syntax: ToolCallFormat, tools: list[dict] | None) -> list[TextCall]:
@@ -142,6 +154,12 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
             call.status = ToolCallParseStatus.MISSING_NAME
         return call
     name_at = start + len(syntax.call_start)
+    call_id = None
+    if syntax.call_id_after == "call_start":  # {"id": "ID", "name": "NAME", ...
+        id_end = text.find(syntax.call_id_end, name_at)
+        if id_end < 0:
+            return TextCall(text[start:], start, len(text), status=ToolCallParseStatus.UNCLOSED_BLOCK)
+        call_id, name_at = text[name_at:id_end], id_end + len(syntax.call_id_end)
     positioned = _positioned_name_end(syntax.call_index, syntax.name_end).search(text, name_at) if syntax.call_index else None
     if positioned is not None:  # NAME, the separator, the call's position, name_end (Kimi-K3's name_end is '"')
         name, body_at = _call_name(text[name_at : positioned.start()], syntax), positioned.end()
@@ -153,7 +171,6 @@ def _parse_call(text: str, start: int, syntax: ToolCallFormat, tools: list[dict]
         # syntax's whitespace is stripped, never a name's own characters
         name = _call_name(text[name_at:name_end] if syntax.name_end else text[name_at:name_end].strip(" \t\r\n"), syntax)
         body_at = name_end + len(syntax.name_end)
-    call_id = None
     if syntax.call_id_after == "name_end":  # NAME [CALL_ID] ID [ARGS] ...
         id_end = text.find(syntax.call_id_end, body_at)
         if id_end < 0:
