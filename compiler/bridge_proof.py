@@ -106,6 +106,8 @@ class BridgeProof:
     def ambiguous(self, renderer, completion, history, assistant, tools) -> bool:
         """Whether the completion parses into a turn that renders to other tokens than ``assistant``."""
         parsed = renderer.parse_response(completion, tools=tools)
+        if any(call.arguments is None for call in parsed.tool_calls):
+            return True  # a call whose arguments do not parse is not the turn (and no message to render)
         rebuilt = {"role": "assistant", "content": parsed.content}
         if parsed.reasoning_content is not None:
             rebuilt["reasoning_content"] = parsed.reasoning_content

@@ -138,7 +138,7 @@ class GeneratedRenderer(ABC):
         #: The conversations behind prompts rendered with the generation prompt (for the bridge).
         self.prompt_histories = PromptHistories()
         #: Whether the bridge was used: from then on a prompt's render keeps a checkpoint of its message
-        #: loop for the next bridge (rllm_renderers.resume), which an engine that never bridges need not pay.
+        #: loop for the next bridge (rllm_renderers.bridging.resume), which an engine that never bridges need not pay.
         self.bridging = False
         self._warm_if_encodable()
 

@@ -361,7 +361,7 @@ def _parse_python_arguments(text: str, start: int, position: int, syntax: ToolCa
     end = text.find(syntax.call_end, position) if syntax.call_end else -1
     while end >= 0:
         try:
-            node = ast.parse(f"f({text[position:end]})", mode="eval").body
+            node = _python_call(text[position:end])
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             end = text.find(syntax.call_end, end + 1)
             continue
@@ -374,6 +374,44 @@ def _parse_python_arguments(text: str, start: int, position: int, syntax: ToolCa
             return TextCall(text[start:stop], start, stop, name, None, ToolCallParseStatus.MALFORMED_STRUCTURE)
         return TextCall(text[start:stop], start, stop, name, arguments)
     return TextCall(text[start:], start, len(text), name, status=ToolCallParseStatus.UNCLOSED_BLOCK)
+
+
+def _python_call(arguments: str) -> ast.AST:
+    """``f(<arguments>)`` parsed. A template that escapes only quotes and backslashes writes a string
+    value's newline as itself, inside the quotes, where Python wants ``\\n``: where the text does not
+    parse as it is, such raw line breaks inside quoted strings are read as escaped ones (the value
+    is the same string)."""
+    try:
+        return ast.parse(f"f({arguments})", mode="eval").body
+    except SyntaxError:
+        escaped = _escape_line_breaks_in_strings(arguments)
+        if escaped == arguments:
+            raise
+        return ast.parse(f"f({escaped})", mode="eval").body
+
+
+def _escape_line_breaks_in_strings(source: str) -> str:
+    """``source`` with each raw ``\\n`` / ``\\r`` inside a single- or double-quoted string written as
+    its escape (a backslash escape inside the string is kept as it is)."""
+    out: list[str] = []
+    quote = None
+    index = 0
+    while index < len(source):
+        character = source[index]
+        if quote is None:
+            if character in "'\"":
+                quote = character
+        elif character == "\\":
+            out.append(source[index : index + 2])
+            index += 2
+            continue
+        elif character == quote:
+            quote = None
+        elif character in "\n\r":
+            character = "\\n" if character == "\n" else "\\r"
+        out.append(character)
+        index += 1
+    return "".join(out)
 
 
 _PYTHON_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
