@@ -28,6 +28,25 @@ from .turn_sampling import reasoned_turn, sampled_turn, template_suffix, turn_po
 RETENTIONS = ("template", "verbatim")
 
 
+def answers_depend_on_call_ids(renderer, completion, history, assistant, new, tools) -> bool:
+    """Whether the new tool results render differently (text, or the messages it is read from) when
+    the sampled calls, whose ids the completion does not carry, had other ids (theirs reversed, or
+    the ones a bridge would make up): the tokens alone cannot tell."""
+    calls = assistant.get("tool_calls") or []
+    if not calls or any(call.id for call in renderer.parse_response(completion, tools=tools).tool_calls):
+        return False
+    expected = renderer._render_output(history + [assistant] + new, tools, False)
+    for ids in ([call.get("id") for call in reversed(calls)], [f"call_{k}" for k in range(len(calls))]):
+        other = {**assistant, "tool_calls": [{**call, "id": ids[k]} for k, call in enumerate(calls)]}
+        try:
+            output = renderer._render_output(history + [other] + new, tools, False)
+        except ValueError:
+            return True
+        if output.text() != expected.text() or output.caller_ranges() != expected.caller_ranges():
+            return True
+    return False
+
+
 class BridgeProof:
     """Drives conversations through one renderer class's bridge and counts the outcomes."""
 
@@ -140,31 +159,13 @@ class BridgeProof:
             return False
         return not any(index == len(history) + 1 for _, index in spans)
 
-    def answers_depend_on_call_ids(self, renderer, completion, history, assistant, new, tools) -> bool:
-        """Whether the new tool results render differently (text, or the messages it is read from) when
-        the sampled calls, whose ids the completion does not carry, had other ids (theirs reversed, or
-        the ones a bridge would make up): the tokens alone cannot tell."""
-        calls = assistant.get("tool_calls") or []
-        if not calls or any(call.id for call in renderer.parse_response(completion, tools=tools).tool_calls):
-            return False
-        expected = renderer._render_output(history + [assistant] + new, tools, False)
-        for ids in ([call.get("id") for call in reversed(calls)], [f"call_{k}" for k in range(len(calls))]):
-            other = {**assistant, "tool_calls": [{**call, "id": ids[k]} for k, call in enumerate(calls)]}
-            try:
-                output = renderer._render_output(history + [other] + new, tools, False)
-            except ValueError:
-                return True
-            if output.text() != expected.text() or output.caller_ranges() != expected.caller_ranges():
-                return True
-        return False
-
     def bridge_point(self, renderer, prompt, completion, history, assistant, new, tools, knobs, junk):
         """Check every variant at one point; return the next prompt of the episode (None: stop)."""
         self.point = (history, assistant, new, renderer.decode(completion))
         full = self.full_render(renderer, history + [assistant] + new, tools, knobs)
         ambiguous = (
             self.ambiguous(renderer, completion, history, assistant, tools)
-            or self.answers_depend_on_call_ids(renderer, completion, history, assistant, new, tools)
+            or answers_depend_on_call_ids(renderer, completion, history, assistant, new, tools)
             or self.content_follows_new_messages(renderer, history, assistant, new, tools)
         )
         self.counts["ambiguous points"] += ambiguous

@@ -104,3 +104,13 @@ def test_a_template_that_writes_only_the_first_call_is_read_back_as_it_writes_it
     first_call_only = TEMPLATE.replace("m.tool_calls or []", "(m.tool_calls or [])[:1]")
     assert first_call_only != TEMPLATE
     compiled_by_the_script(tmp_path, stem="first_call_only", source=first_call_only)
+
+
+def test_a_bridge_that_needs_the_call_ids_is_not_counted_a_miss(tmp_path):
+    """A template that finds a tool result's name through the call id cannot be bridged from tokens
+    that carry no id: None is the right answer there, and the table does not count it as a miss."""
+    from tests.test_fact_proof import NAME_BY_CALL_ID
+
+    heldout, template = compiled_by_the_script(tmp_path, "name_by_call_id", NAME_BY_CALL_ID)
+    module = tmp_path / "out" / "name_by_call_id" / "name_by_call_id.py"
+    assert module.is_file() and heldout.round_trip(template, module) == []
