@@ -538,14 +538,18 @@ class GeneratedRenderer(ABC):
         """
         prompt = self.turn_opening()
         after_close = self.TURN.after_close if self.TURN is not None else ""
+        first_caller: dict[int, int] = {}  # message index -> where its own text first starts in its block
+        for low, _high, owner in caller_ranges or ():
+            block = message_ranges.get(owner)
+            if block is not None and block[0] <= low < block[1]:
+                first_caller[owner] = min(low, first_caller.get(owner, low))
         ranges = []
         for index, (start, end) in message_ranges.items():
             if messages[index].get("role") != "assistant":
                 continue
             body = text[start:end]
-            own = [low - start for low, _high, owner in caller_ranges or () if owner == index and start <= low < end]
-            first_caller = min(own, default=len(body))
-            header = self._header_end(body, prompt, start, token_starts, first_caller)
+            own_text = first_caller.get(index, end) - start
+            header = self._header_end(body, prompt, start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
             ranges.append((start + header, close_end))
         return ranges
