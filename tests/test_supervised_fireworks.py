@@ -1,8 +1,10 @@
 """build_supervised_example against the Fireworks cookbook's own supervised examples
 (``build_supervised_example(..., train_on_what=ALL_ASSISTANT_MESSAGES)`` of its hand-written
 renderers, imported in place from ``$RLLM_ORACLES``, as tests/test_crosscheck_fireworks.py does),
-for every family the cookbook and the corpus share: Qwen2.5 and DeepSeek-V4 with their real
-tokenizers, MiniMax-M3 with its synthetic one.
+for the families the cookbook and the corpus share: Qwen2.5 and DeepSeek-V4 with their real
+tokenizers, MiniMax-M3 and Gemma-4 with synthetic ones. (Its other renderers are of other model
+versions than the corpus templates, GLM-5 and Kimi-K2.6, see tests/test_crosscheck_fireworks.py;
+its MiniMax-M2 renderer is not compared here yet.)
 
 Generated conversations are built by both, cut after their last assistant message (DeepSeek-V4's
 encoder opens an assistant turn after a trailing user message, the cookbook's example does not),
@@ -13,6 +15,8 @@ classes (checked exactly by ``explain`` in tests/test_supervised_references.py):
 
 * ``after_close`` (Qwen2.5, MiniMax-M3): the cookbook trains the ``\\n`` the template writes after
   the close (``<|im_end|>``, ``[e~[``); the model does not sample it, we do not train it.
+* ``header`` (Gemma-4 with thinking off): the cookbook trains the empty thought channel
+  ``<|channel>thought\n<channel|>`` the generation prompt writes; the model does not sample it.
 * ``straddle`` (Qwen2.5): one token that begins in the header and ends in the content (``\\n\\n\\n``
   for content ``\\n\\n``); the cookbook trains only tokens that begin in the content, we train it.
 * ``reasoning_close_in_header`` (MiniMax-M3, ``thinking_mode="enabled"``): a turn without reasoning
@@ -39,7 +43,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from compiler.conversations import ConversationFeatures, conversation_cases
 from compiler.stability import without_local_constants
-from tests.families import FAMILIES
+from tests.families import ALL_FAMILIES, load_corpus_tokenizer
 from tests.test_supervised_references import AGREEMENTS, Enough, explain
 
 ORACLES = os.environ.get("RLLM_ORACLES", str(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "oracles")))
@@ -73,6 +77,12 @@ def _think_close_in_content(case) -> bool:
 #: renderer module -> (the cookbook's renderer, conversations drawn, convention classes: required, allowed)
 FAMILY_CASES = {
     "qwen2_5": ("qwen2_5", PLAIN, {"after_close"}, {"after_close", "straddle"}),
+    "gemma_4": (
+        "gemma4",
+        dataclasses.replace(PLAIN, knobs=(("enable_thinking", (True, False)),)),
+        {"after_close", "header"},
+        {"after_close", "header"},
+    ),
     "deepseek_v4": (
         "deepseek_v4",
         ConversationFeatures(knobs=(("thinking_mode", ("thinking", "chat")), ("drop_thinking", (False,))), **WITH_TOOLS),
@@ -86,6 +96,9 @@ FAMILY_CASES = {
         {"after_close", "reasoning_close_in_header"},
     ),
 }
+#: renderer module -> the corpus tokenizer both sides use, where not the family's own (the cookbook's
+#: Gemma-4 renderer needs its special tokens as single tokens, which the corpus's synthetic one has)
+TOKENIZERS = {"gemma_4": "synthetic/gemma4"}
 #: renderer module -> the known rendering differences, by name (a conversation may have several)
 OTHER_IDS = {
     "deepseek_v4": {
@@ -105,8 +118,8 @@ def test_weights_agree_with_the_fireworks_renderer(module):
     from tinker_cookbook.renderers import TrainOnWhat
 
     name, features, required, allowed = FAMILY_CASES[module]
-    family = next(family for family in FAMILIES if family.module == module)
-    tokenizer = family.load_tokenizer()
+    family = next(family for family in ALL_FAMILIES if family.module == module)
+    tokenizer = load_corpus_tokenizer(TOKENIZERS[module]) if module in TOKENIZERS else family.load_tokenizer()
     oracle = FireworksOracle(name, tokenizer)
     renderers: dict = {}
     stats: Counter = Counter()
@@ -144,6 +157,7 @@ def test_weights_agree_with_the_fireworks_renderer(module):
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{case.describe()}") from None
         stats.update({f"tokens {label}": count for label, count in classes.items()})
+        stats.update({f"conversations {label}": 1 for label in classes})
         stats["agree"] += 1
         stats[f"agree with knobs {dict(case.knobs)}"] += 1
 
