@@ -67,6 +67,31 @@ class Enough(Exception):
     (only the generate phase runs, so nothing is shrunk or replayed)."""
 
 
+def draw_until_agreed(features, visit, stats: Counter, max_draws: int = MAX_DRAWS) -> None:
+    """Pass generated conversations (derandomized, nothing shrunk or replayed) to ``visit`` until
+    ``stats["agree"]`` reaches ``AGREEMENTS`` or ``max_draws`` are drawn."""
+
+    @settings(
+        max_examples=max_draws,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=conversation_cases(features))
+    def check(case):
+        if stats["agree"] >= AGREEMENTS:
+            raise Enough  # (stops drawing)
+        visit(case)
+
+    with without_local_constants():
+        try:
+            check()
+        except Enough:
+            pass
+
+
 def without_think_blocks(text: str) -> str:
     """TRL's Qwen3 and Qwen3.5 copies write ``<think>\n...\n</think>\n\n`` in every assistant turn
     (Qwen3's with the content's leading newlines stripped); the originals only after the last user
@@ -151,9 +176,8 @@ def _closes_reasoning_in_header(renderer, example, start: int, text: str) -> boo
     while first > 0 and owner[first - 1] == owner[start]:
         first -= 1
     before = renderer.decode(example.token_ids[first:start])
-    return any(
-        before.endswith(opening[:cut]) and opening[cut:].startswith(reasoning.open) for cut in range(1, len(opening) + 1)
-    )
+    cuts = range(1, len(opening) + 1)
+    return any(before.endswith(opening[:cut]) and opening[cut:].startswith(reasoning.open) for cut in cuts)
 
 
 def _opens_turn(renderer, example, start: int, end: int) -> bool:
@@ -221,18 +245,7 @@ def test_masks_agree_with_generation_marked_templates(module):
         stats["agree"] += 1
         stats["trained tokens"] += example.num_trained
 
-    @settings(
-        max_examples=MAX_DRAWS,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(case=conversation_cases(features))
-    def check(case):
-        if stats["agree"] >= AGREEMENTS:
-            raise Enough  # (stops drawing)
+    def visit(case) -> None:
         key = tuple(sorted(case.knobs.items()))
         if key not in renderers:
             renderers[key] = family.renderer_class(tokenizer, **case.knobs)
@@ -241,11 +254,7 @@ def test_masks_agree_with_generation_marked_templates(module):
             return
         compare(case.messages, case.tools, case.knobs, renderers[key])
 
-    with without_local_constants():
-        try:
-            check()
-        except Enough:
-            pass
+    draw_until_agreed(features, visit, stats)
     print(module, dict(stats))
     assert stats["agree"] >= AGREEMENTS, dict(stats)
     seen = {name.removeprefix("tokens ") for name in stats if name.startswith("tokens ")}
