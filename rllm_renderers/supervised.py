@@ -9,9 +9,10 @@ Two rules decide the weights:
 * **What is trained is what the model samples.** For an assistant message, that is its content,
   reasoning and tool calls as the template writes them, and the close token the model samples to
   end its turn (``<|im_end|>``). It is never the turn's header or the generation prompt the
-  template writes before it (``<|im_start|>assistant\\n``, a prefilled ``<think>\\n``), nor what
-  the template writes after the close (the ``\\n`` before the next message, an ``eos_token`` the
-  template appends at the end of the conversation).
+  template writes before it (``<|im_start|>assistant\\n``, a prefilled ``<think>\\n``, the
+  ``</think>`` DeepSeek-V4 writes where its prompt has ``<think>``, in a turn whose reasoning it
+  dropped: its chat mode's prompt), nor what the template writes after the close (the ``\\n``
+  before the next message, an ``eos_token`` the template appends at the end of the conversation).
 * **A rewritten history is trained as rewritten.** An example is the template's render of the
   whole conversation, so where the template rewrites earlier turns (Qwen3 drops the reasoning of
   turns before the last user message), ``train_on="all_assistant"`` trains those turns as the

@@ -77,6 +77,45 @@ def test_all_assistant_trains_rewritten_history_as_rewritten():
     assert [example.trained_messages for example in renderer.build_supervised_examples(TWO_TURNS)] == [(2,), (4,)]
 
 
+def trained_texts(renderer, example) -> list[str]:
+    return [renderer.decode(example.token_ids[start:end]) for start, end in trained_runs(example)]
+
+
+@pytest.mark.parametrize("mode", ["thinking", "chat"])
+def test_a_turn_whose_reasoning_was_dropped_trains_what_a_chat_turn_trains(mode):
+    """DeepSeek-V4 writes a turn before the last user message as ``<｜Assistant｜></think>content``
+    (its reasoning dropped). That ``</think>`` is the chat mode's generation prompt, not sampled:
+    right after ``<｜Assistant｜>`` the model never samples, in either mode (thinking mode prompts
+    ``<｜Assistant｜><think>``). So the turn trains as the same turn does in chat mode."""
+    family = BY_MODULE["deepseek_v4"]
+    renderer = family.renderer_class(family.load_tokenizer(), thinking_mode=mode)
+    example = renderer.build_supervised_example(TWO_TURNS, train_on="all_assistant")
+    assert "<｜Assistant｜></think>Hello there!" in renderer.decode(example.token_ids)
+    last = "Two and two.</think>It is 4." if mode == "thinking" else "It is 4."
+    assert trained_texts(renderer, example) == [
+        "Hello there!<｜end▁of▁sentence｜>",
+        f"{last}<｜end▁of▁sentence｜>",
+    ]
+
+
+def test_the_close_of_a_tool_run_written_in_the_next_turn_is_not_trained():
+    """MiniMax-M3 closes a run of tool results (``[e~[\n``) when the next message begins, so those
+    characters are the next assistant message's: they end the tool turn, before the generation
+    prompt ``]~b]ai\n``, and are not trained."""
+    renderer = renderer_for("minimax_m3")
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."},
+    ]
+    example = renderer.build_supervised_example(messages, train_on="last_assistant")
+    (start, _end), = trained_runs(example)
+    assert trained_texts(renderer, example) == ["</mm:think>Sunny.[e~["]
+    assert renderer.decode(example.token_ids[:start]).endswith("<response>sunny</response>[e~[\n]~b]ai\n")
+
+
 def test_auto_keeps_one_example_where_the_history_is_not_rewritten():
     renderer = renderer_for("qwen2_5")
     plain = [{key: value for key, value in message.items() if key != "reasoning_content"} for message in TWO_TURNS]

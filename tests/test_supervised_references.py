@@ -24,6 +24,14 @@ TRL's copies choose otherwise than our documented rule, which is checked class b
   we train it. (Not seen with TRL's copies, which open the block before that ``\\n``; seen with the
   Fireworks cookbook, tests/test_supervised_fireworks.py.)
 
+* ``reasoning_close_in_header`` (a reference trains, we do not): the reasoning close a template
+  writes where its generation prompt opens the reasoning, in a turn that carries no reasoning
+  (MiniMax-M3 with ``thinking_mode="enabled"`` writes ``]~b]ai\n</mm:think>`` where its prompt is
+  ``]~b]ai\n<mm:think>``). It is the other mode's prefill (``thinking_mode="disabled"`` prompts
+  ``]~b]ai\n</mm:think>``): in this mode the model never samples a token right after
+  ``]~b]ai\n``, so we do not train it. (Not seen with TRL's copies; seen with the Fireworks
+  cookbook's MiniMax-M3 renderer, tests/test_supervised_fireworks.py.)
+
 Any other difference fails. Where a marked copy renders other text than the original (TRL's Qwen3
 and Qwen3.5 copies write the think block in every assistant turn; the originals drop it before the
 last user message), the test checks the difference is that one (the texts agree once every think
@@ -57,6 +65,31 @@ MAX_DRAWS = int(os.environ.get("SUPERVISED_REFERENCE_DRAWS", "2000"))
 class Enough(Exception):
     """Raised from inside a hypothesis test once enough conversations agree: drawing stops there
     (only the generate phase runs, so nothing is shrunk or replayed)."""
+
+
+def draw_until_agreed(features, visit, stats: Counter, max_draws: int = MAX_DRAWS) -> None:
+    """Pass generated conversations (derandomized, nothing shrunk or replayed) to ``visit`` until
+    ``stats["agree"]`` reaches ``AGREEMENTS`` or ``max_draws`` are drawn."""
+
+    @settings(
+        max_examples=max_draws,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=conversation_cases(features))
+    def check(case):
+        if stats["agree"] >= AGREEMENTS:
+            raise Enough  # (stops drawing)
+        visit(case)
+
+    with without_local_constants():
+        try:
+            check()
+        except Enough:
+            pass
 
 
 def without_think_blocks(text: str) -> str:
@@ -114,6 +147,8 @@ def explain(renderer, example, theirs: list[bool], eos: str | None) -> Counter:
             classes["after_close"] += end - start
         elif end in starts and _opens_turn(renderer, example, start, end):
             classes["header"] += end - start
+        elif _closes_reasoning_in_header(renderer, example, start, text):
+            classes["reasoning_close_in_header"] += end - start
         else:
             raise AssertionError(f"unexplained mask difference at tokens {start}..{end}: {text!r}")
     return classes
@@ -128,6 +163,21 @@ def _straddles_opening(renderer, example, position: int) -> bool:
     through = renderer.decode(example.token_ids[first : position + 1])
     opening = renderer.turn_opening()
     return opening.startswith(before) and len(before) < len(opening) < len(through) and through.startswith(opening)
+
+
+def _closes_reasoning_in_header(renderer, example, start: int, text: str) -> bool:
+    """Whether ``text`` (tokens from ``start``) is the reasoning close, written right after the part of
+    the generation prompt that comes before the prompt's reasoning open (MiniMax-M3 with
+    ``thinking_mode="enabled"``: ``]~b]ai\n</mm:think>`` where the prompt is ``]~b]ai\n<mm:think>``)."""
+    reasoning, opening = renderer.REASONING, renderer.turn_opening()
+    if reasoning is None or text != reasoning.close or example.rendered.message_indices[start] < 0:
+        return False
+    owner, first = example.rendered.message_indices, start
+    while first > 0 and owner[first - 1] == owner[start]:
+        first -= 1
+    before = renderer.decode(example.token_ids[first:start])
+    cuts = range(1, len(opening) + 1)
+    return any(before.endswith(opening[:cut]) and opening[cut:].startswith(reasoning.open) for cut in cuts)
 
 
 def _opens_turn(renderer, example, start: int, end: int) -> bool:
@@ -195,18 +245,7 @@ def test_masks_agree_with_generation_marked_templates(module):
         stats["agree"] += 1
         stats["trained tokens"] += example.num_trained
 
-    @settings(
-        max_examples=MAX_DRAWS,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(case=conversation_cases(features))
-    def check(case):
-        if stats["agree"] >= AGREEMENTS:
-            raise Enough  # (stops drawing)
+    def visit(case) -> None:
         key = tuple(sorted(case.knobs.items()))
         if key not in renderers:
             renderers[key] = family.renderer_class(tokenizer, **case.knobs)
@@ -215,11 +254,7 @@ def test_masks_agree_with_generation_marked_templates(module):
             return
         compare(case.messages, case.tools, case.knobs, renderers[key])
 
-    with without_local_constants():
-        try:
-            check()
-        except Enough:
-            pass
+    draw_until_agreed(features, visit, stats)
     print(module, dict(stats))
     assert stats["agree"] >= AGREEMENTS, dict(stats)
     seen = {name.removeprefix("tokens ") for name in stats if name.startswith("tokens ")}

@@ -477,7 +477,9 @@ class GeneratedRenderer(ABC):
             refuse_unencodable(exc, messages, tools)
             raise
         message_ranges = self._message_ranges(text, spans)
-        sampled_ranges = self._sampled_ranges(text, message_ranges, messages, token_starts=set(offsets))
+        sampled_ranges = self._sampled_ranges(
+            text, message_ranges, messages, token_starts=set(offsets), caller_ranges=out.caller_ranges(part_starts)
+        )
         return self._result(
             RenderedTokens(
                 token_ids=token_ids,
@@ -518,28 +520,82 @@ class GeneratedRenderer(ABC):
         return ranges
 
     def _sampled_ranges(
-        self, text: str, message_ranges, messages: list[Message], token_starts: set[int] | None = None
+        self,
+        text: str,
+        message_ranges,
+        messages: list[Message],
+        token_starts: set[int] | None = None,
+        caller_ranges: list[tuple[int, int, int]] | None = None,
     ) -> list[tuple[int, int]]:
         """Per assistant message: from the end of its header (the generation prompt) through its close.
 
         The header ends on a token boundary: a turn written without the header (DeepSeek-V4 after a
         system message) may share a character or two with it (``<`` of ``</think>``), not a token.
+        Text the template writes in the message's block before its header (MiniMax-M3 closes a run
+        of tool results, ``[e~[\n``, when the next message begins) is not sampled either, nor is a
+        reasoning close written where the generation prompt opens the reasoning (see
+        :meth:`_header_end`).
         """
         prompt = self.turn_opening()
+        after_close = self.TURN.after_close if self.TURN is not None else ""
+        first_caller: dict[int, int] = {}  # message index -> where its own text first starts in its block
+        for low, _high, owner in caller_ranges or ():
+            block = message_ranges.get(owner)
+            if block is not None and block[0] <= low < block[1]:
+                first_caller[owner] = min(low, first_caller.get(owner, low))
         ranges = []
         for index, (start, end) in message_ranges.items():
             if messages[index].get("role") != "assistant":
                 continue
             body = text[start:end]
-            header = 0
-            while header < min(len(prompt), len(body)) and body[header] == prompt[header]:
-                header += 1
-            while token_starts is not None and 0 < header < len(body) and start + header not in token_starts:
-                header -= 1
-            after_close = self.TURN.after_close if self.TURN is not None else ""
+            own_text = first_caller.get(index, end) - start
+            header = self._header_end(body, prompt, start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
             ranges.append((start + header, close_end))
         return ranges
+
+    def _header_end(self, body: str, prompt: str, start: int, token_starts: set[int] | None, first_caller: int) -> int:
+        """Where the sampled part of an assistant turn's text ``body`` (at ``start`` of the render) begins.
+
+        The header is the longest beginning of the generation prompt the turn's text holds, at its
+        start or after template text before the message's own text (``first_caller``), ending on a
+        token boundary. Where the turn parts from the prompt just where the prompt opens the
+        reasoning, and the template writes the reasoning close there instead (a history turn whose
+        reasoning DeepSeek-V4 or GLM-4.7 dropped: ``<｜Assistant｜></think>`` where the prompt is
+        ``<｜Assistant｜><think>``), that close is header too: it is the other mode's generation
+        prompt (chat mode prompts ``<｜Assistant｜></think>``), and no model samples a token right
+        after a header the prompt goes on from.
+        """
+
+        def matched(at: int) -> int:
+            length = 0
+            while length < min(len(prompt), len(body) - at) and body[at + length] == prompt[length]:
+                length += 1
+            while token_starts is not None and 0 < length < len(body) - at and start + at + length not in token_starts:
+                length -= 1
+            return length
+
+        lead, header = 0, matched(0)
+        for at in range(1, first_caller):
+            if token_starts is not None and start + at not in token_starts:
+                continue
+            length = matched(at)
+            if length > header and at + length <= first_caller:
+                lead, header = at, length
+        end = lead + header
+        reasoning = self.REASONING
+        if (
+            reasoning is not None
+            and reasoning.open
+            and reasoning.close
+            and prompt[header:].startswith(reasoning.open)
+            and body.startswith(reasoning.close, end)
+            and end + len(reasoning.close) <= first_caller
+        ):
+            closed = end + len(reasoning.close)
+            if token_starts is None or closed >= len(body) or start + closed in token_starts:
+                end = closed
+        return end
 
     def _plain_ranges(
         self, out: RenderOutput, text: str, messages: list[Message], spans: list[tuple[int, int]] | None = None
