@@ -2,9 +2,11 @@
 (``build_supervised_example(..., train_on_what=ALL_ASSISTANT_MESSAGES)`` of its hand-written
 renderers, imported in place from ``$RLLM_ORACLES``, as tests/test_crosscheck_fireworks.py does),
 for the families the cookbook and the corpus share: Qwen2.5 and DeepSeek-V4 with their real
-tokenizers, MiniMax-M3 and Gemma-4 with synthetic ones. (Its other renderers are of other model
-versions than the corpus templates, GLM-5 and Kimi-K2.6, see tests/test_crosscheck_fireworks.py;
-its MiniMax-M2 renderer is not compared here yet.)
+tokenizers, MiniMax-M3, MiniMax-M2 and Gemma-4 with synthetic ones. (Its other renderers are of
+other model versions than the corpus templates, GLM-5 and Kimi-K2.6, see
+tests/test_crosscheck_fireworks.py.) MiniMax-M2's conversations start with a system message (the
+cookbook writes its own default system prompt where the template writes "You are a helpful
+assistant.") and have no tools list (the cookbook's renderer declares none; tool calls are drawn).
 
 Generated conversations are built by both, cut after their last assistant message (DeepSeek-V4's
 encoder opens an assistant turn after a trailing user message, the cookbook's example does not),
@@ -15,8 +17,16 @@ classes (checked exactly by ``explain`` in tests/test_supervised_references.py):
 
 * ``after_close`` (Qwen2.5, MiniMax-M3): the cookbook trains the ``\\n`` the template writes after
   the close (``<|im_end|>``, ``[e~[``); the model does not sample it, we do not train it.
-* ``header`` (Gemma-4 with thinking off): the cookbook trains the empty thought channel
-  ``<|channel>thought\n<channel|>`` the generation prompt writes; the model does not sample it.
+* ``header`` (Gemma-4 with thinking off, MiniMax-M2): the cookbook trains what the generation
+  prompt writes: Gemma-4's empty thought channel ``<|channel>thought\n<channel|>``, MiniMax-M2's
+  ``<think>\n`` (its prompt is ``]~b]ai\n<think>\n``); the model does not sample it.
+* ``tool_block_newline`` (MiniMax-M2): in a turn of only tool calls (``]~b]ai\n\n<minimax:tool_call>``)
+  the cookbook moves the ``\n`` that opens the tool-call block (the template writes
+  ``\n<minimax:tool_call>\n`` whatever comes before it) into the header and does not train it
+  (presumably so that its separately encoded header and body give the ids of a tokenizer that
+  merges ``\n\n``). We train it: it is the block's own first character, which the model samples
+  after its text in every other turn, and the first sampled character here just as a content's
+  first character is (which both train) in a turn of only text.
 * ``straddle`` (Qwen2.5): one token that begins in the header and ends in the content (``\\n\\n\\n``
   for content ``\\n\\n``); the cookbook trains only tokens that begin in the content, we train it.
 * ``reasoning_close_in_header`` (MiniMax-M3, ``thinking_mode="enabled"``): a turn without reasoning
@@ -72,6 +82,39 @@ def _think_close_in_content(case) -> bool:
     )
 
 
+def _visible_text(content) -> str:
+    """A content's text as MiniMax-M2's template and the cookbook read it (text parts joined)."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return content if isinstance(content, str) else ""
+
+
+def _no_leading_system_text(case) -> bool:
+    """Without a leading system message with text, MiniMax-M2's template writes its
+    ``model_identity`` ("You are a helpful assistant."); the cookbook's renderer writes its own
+    default system prompt ("You are MiniMax-M2, a helpful AI assistant built by MiniMax. ...")."""
+    first = case.messages[0]
+    return first["role"] != "system" or _visible_text(first.get("content")) == ""
+
+
+def _later_system_message(case) -> bool:
+    """MiniMax-M2's template renders only a leading system message (a later one is dropped); the
+    cookbook's renderer writes every system message as a turn."""
+    return any(message["role"] == "system" for message in case.messages[1:])
+
+
+def _think_close_with_empty_reasoning(case) -> bool:
+    """With ``reasoning_content: ""`` MiniMax-M2's template writes an assistant content whole (the
+    key is a string, so it does not look for ``</think>``); the cookbook's renderer reads the
+    content's text before ``</think>`` as reasoning."""
+    return any(
+        message["role"] == "assistant"
+        and message.get("reasoning_content") == ""
+        and "</think>" in _visible_text(message.get("content"))
+        for message in case.messages
+    )
+
+
 def _consecutive_assistant_messages(case) -> bool:
     """Gemma-4's template writes an assistant message right after another outside any turn (the
     first closed with ``<turn|>\n``, the second with no ``<|turn>model\n``); the cookbook's
@@ -103,6 +146,13 @@ FAMILY_CASES = {
         {"after_close", "reasoning_close_in_header"},
         {"after_close", "reasoning_close_in_header"},
     ),
+    "minimax_m2": (
+        "minimax_m2",
+        # no tools list: the cookbook's MiniMax-M2 renderer declares no tools (the oracle drops them)
+        ConversationFeatures(tools=False, lead_roles=("system",), **WITH_TOOLS),
+        {"after_close", "header", "tool_block_newline"},
+        {"after_close", "header", "tool_block_newline"},
+    ),
 }
 #: renderer module -> the corpus tokenizer both sides use, where not the family's own (the cookbook's
 #: Gemma-4 renderer needs its special tokens as single tokens, which the corpus's synthetic one has)
@@ -110,6 +160,11 @@ TOKENIZERS = {"gemma_4": "synthetic/gemma4"}
 #: renderer module -> the known rendering differences, by name (a conversation may have several)
 OTHER_IDS = {
     "gemma_4": {"consecutive assistant messages": _consecutive_assistant_messages},
+    "minimax_m2": {
+        "no leading system message with text": _no_leading_system_text,
+        "a later system message": _later_system_message,
+        "</think> in an assistant content with an empty reasoning_content": _think_close_with_empty_reasoning,
+    },
     "deepseek_v4": {
         "an assistant message not right after a user turn": _assistant_not_right_after_a_user_turn,
         "tools with a later system message": _tools_with_a_later_system,

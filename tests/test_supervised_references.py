@@ -18,11 +18,17 @@ TRL's copies choose otherwise than our documented rule, which is checked class b
   the generation prompt. Those tokens must end the part of their message that is a beginning of
   the generation prompt, right before a trained turn.
 
-* ``straddle`` (the one class where we train a token the reference does not): a single token that
+* ``straddle`` (we train a token the reference does not): a single token that
   begins in the generation prompt's text and ends in the sampled text (Qwen2.5 encodes the
   header's ``\\n`` and a content of ``\\n\\n`` as one ``\\n\\n\\n``). It holds sampled text, so
   we train it. (Not seen with TRL's copies, which open the block before that ``\\n``; seen with the
   Fireworks cookbook, tests/test_supervised_fireworks.py.)
+
+* ``tool_block_newline`` (we train, a reference does not): the ``\\n`` that opens the tool-call
+  block (``TOOL_CALLS.block_start``, MiniMax-M2's ``\\n<minimax:tool_call>\\n``) right after the
+  header, in a turn of only tool calls. The template writes it as part of the block, which the
+  model samples, so we train it. (Seen with the Fireworks cookbook's MiniMax-M2 renderer, which
+  moves it into the header, tests/test_supervised_fireworks.py.)
 
 * ``reasoning_close_in_header`` (a reference trains, we do not): the reasoning close a template
   writes where its generation prompt opens the reasoning, in a turn that carries no reasoning
@@ -137,6 +143,8 @@ def explain(renderer, example, theirs: list[bool], eos: str | None) -> Counter:
         # content '\n\n'): we train it (it holds sampled text), a reference may start after it
         if end - start == 1 and start in starts and _straddles_opening(renderer, example, start):
             classes["straddle"] += 1
+        elif end - start == 1 and start in starts and _opens_tool_block_after_header(renderer, example, start):
+            classes["tool_block_newline"] += 1
         else:
             text = renderer.decode(ids[start:end])
             raise AssertionError(f"we train tokens {start}..{end} ({text!r}), the reference does not")
@@ -154,15 +162,41 @@ def explain(renderer, example, theirs: list[bool], eos: str | None) -> Counter:
     return classes
 
 
-def _straddles_opening(renderer, example, position: int) -> bool:
-    """Whether token ``position`` begins inside the text the generation prompt writes and ends past it."""
-    owner, first = example.rendered.message_indices, position
+def _message_start(owner: list[int], position: int) -> int:
+    """The first token of the run of tokens of token ``position``'s message."""
+    first = position
     while first > 0 and owner[first - 1] == owner[position]:
         first -= 1
+    return first
+
+
+def _straddles_opening(renderer, example, position: int) -> bool:
+    """Whether token ``position`` begins inside the text the generation prompt writes and ends past it."""
+    owner = example.rendered.message_indices
+    first = _message_start(owner, position)
     before = renderer.decode(example.token_ids[first:position])
     through = renderer.decode(example.token_ids[first : position + 1])
     opening = renderer.turn_opening()
     return opening.startswith(before) and len(before) < len(opening) < len(through) and through.startswith(opening)
+
+
+def _opens_tool_block_after_header(renderer, example, position: int) -> bool:
+    """Whether token ``position`` is the ``\\n`` that opens the tool-call block (MiniMax-M2's
+    ``\\n<minimax:tool_call>\\n``), written right after the part of its message that is a beginning
+    of the generation prompt (a turn of only tool calls: ``]~b]ai\\n\\n<minimax:tool_call>``)."""
+    calls, owner = renderer.TOOL_CALLS, example.rendered.message_indices
+    if calls is None or not calls.block_start.startswith("\n") or owner[position] < 0:
+        return False
+    first, last = _message_start(owner, position), position
+    while last < len(owner) and owner[last] == owner[position]:
+        last += 1
+    before = renderer.decode(example.token_ids[first:position])
+    after = renderer.decode(example.token_ids[position:last])
+    return (
+        renderer.decode(example.token_ids[position : position + 1]) == "\n"
+        and renderer.turn_opening().startswith(before)
+        and after.startswith(calls.block_start)
+    )
 
 
 def _closes_reasoning_in_header(renderer, example, start: int, text: str) -> bool:
@@ -172,9 +206,8 @@ def _closes_reasoning_in_header(renderer, example, start: int, text: str) -> boo
     reasoning, opening = renderer.REASONING, renderer.turn_opening()
     if reasoning is None or text != reasoning.close or example.rendered.message_indices[start] < 0:
         return False
-    owner, first = example.rendered.message_indices, start
-    while first > 0 and owner[first - 1] == owner[start]:
-        first -= 1
+    owner = example.rendered.message_indices
+    first = _message_start(owner, start)
     before = renderer.decode(example.token_ids[first:start])
     cuts = range(1, len(opening) + 1)
     return any(before.endswith(opening[:cut]) and opening[cut:].startswith(reasoning.open) for cut in cuts)
@@ -183,9 +216,8 @@ def _closes_reasoning_in_header(renderer, example, start: int, text: str) -> boo
 def _opens_turn(renderer, example, start: int, end: int) -> bool:
     """Whether tokens ``start:end`` end the part of their message that the generation prompt writes:
     the message's text up to ``end`` is a beginning of the generation prompt."""
-    owner, first = example.rendered.message_indices, start
-    while first > 0 and owner[first - 1] == owner[start]:
-        first -= 1
+    owner = example.rendered.message_indices
+    first = _message_start(owner, start)
     return owner[start] >= 0 and renderer.turn_opening().startswith(renderer.decode(example.token_ids[first:end]))
 
 
