@@ -96,31 +96,8 @@ def written_module(stdout: str) -> Path | None:
     return None
 
 
-def _call(name: str, arguments: dict, number: int) -> dict:
-    return {"id": f"call{number:05d}x", "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-ROUND_TRIP_TURNS = {
-    "plain": {"role": "assistant", "content": "Fine, see [1] and (2)."},
-    "reasoning": {"role": "assistant", "content": "It is 4.", "reasoning_content": "Two and two."},
-    "one call": {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Paris", "n": 3}, 1)]},
-    "two calls": {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [_call("get_weather", {"city": "Paris"}, 1), _call("get_time", {"city": "Rome", "n": 2}, 2)],
-    },
-}
-ROUND_TRIP_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} of a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}},
-        },
-    }
-    for name in ("get_weather", "get_time")
-]
+#: The sample turns (compiler.fact_proof.sample_turns) this script reads back.
+ROUND_TRIP_LABELS = ("plain", "reasoning", "one call", "parallel calls")
 
 
 def round_trip(template: Path, module: Path) -> list[str]:
@@ -131,6 +108,7 @@ def round_trip(template: Path, module: Path) -> list[str]:
     reasoning or tool calls is not faulted for it); a turn the next message's header ends is read
     from the render with that message.
     """
+    from compiler.fact_proof import follower, sample_turns, tools_for
     from compiler.pipeline import load_generated_file, prepare_source
     from compiler.source import resolve_source
 
@@ -139,25 +117,17 @@ def round_trip(template: Path, module: Path) -> list[str]:
     if renderer.TURN is None or renderer.UNLEARNED:
         return []  # parse_response degrades by design; generate said so
     history = [{"role": "user", "content": "What is up?"}]
-    tools = None
-    for candidate in (ROUND_TRIP_TOOLS, [tool["function"] for tool in ROUND_TRIP_TOOLS], None):
-        try:
-            renderer.render_text(history, tools=candidate, add_generation_prompt=True)
-        except ValueError:
-            continue
-        tools = candidate
-        break
+    tools = tools_for(renderer, history)  # (the proof's own sample turns and tools, read back from outside)
     problems = []
-    for label, turn in ROUND_TRIP_TURNS.items():
-        follower = {"role": "user", "content": "ok"}
-        if turn.get("tool_calls"):
-            follower = {"role": "tool", "content": "sunny", "tool_call_id": "call00001x"}
+    turns = sample_turns()
+    for label in ROUND_TRIP_LABELS:
+        turn, next_message = turns[label], follower(turns[label])
         try:
             prompt = renderer.render_text(history, tools=tools, add_generation_prompt=True)
             if renderer.TURN.close:
                 full = renderer.render_text(history + [turn], tools=tools)
             else:
-                full = renderer.render_text(history + [turn, follower], tools=tools, add_generation_prompt=True)
+                full = renderer.render_text(history + [turn, next_message], tools=tools, add_generation_prompt=True)
         except ValueError:
             continue
         if not full.startswith(prompt):
@@ -187,7 +157,7 @@ def round_trip(template: Path, module: Path) -> list[str]:
             if got != expected:
                 found.append(f"calls {got!r}")
         if not found:  # (a turn read back otherwise is not what the template renders the sample as)
-            found += bridge_problems(renderer, history, turn, follower, tools, completion)
+            found += bridge_problems(renderer, history, turn, next_message, tools, completion)
         if found:
             problems.append(f"{label}: " + ", ".join(found) + f" from {completion!r}")
     return problems
