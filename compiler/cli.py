@@ -390,6 +390,9 @@ def command_diff(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ensure_importable()
+    # Verification must run the encoder that will serve: prove a new tokenizer here, not in the
+    # background (rllm_renderers.encoding.background_proof), unless the caller chose otherwise.
+    os.environ.setdefault("RLLM_RENDERERS_PROOF", "inline")
     args = build_parser().parse_args(argv)
     handlers = {
         "generate": command_generate,

@@ -113,9 +113,9 @@ class GeneratedRenderer(ABC):
             raise ValueError(f"thinking_retention must be one of {RETENTION_POLICIES}, got {retention!r}")
         self.thinking_retention = retention
         if tokenizer is not None:
-            from ..encoding.tokenization import _requested_backend
+            from ..encoding.tokenization import check_encoder_settings
 
-            _requested_backend(None)  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
+            check_encoder_settings()  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
         self.plain_content_roles = _plain_content_roles(control_token_safe)
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
@@ -422,7 +422,8 @@ class GeneratedRenderer(ABC):
 
             self._vocabulary = _backend_of(self.tokenizer)
         size = self._vocabulary.get_vocab_size(with_added_tokens=True)
-        if self._encoder is None or size != self._encoder_vocab_size:
+        # (a renderer built while its tokenizer's proof ran in the background moves to the fast engine)
+        if self._encoder is None or size != self._encoder_vocab_size or self._encoder.proof_decided_since():
             from ..encoding.tokenization import text_encoder_for
 
             self._encoder, self._encoder_vocab_size = text_encoder_for(self.tokenizer), size

@@ -77,7 +77,7 @@ from .generated_index import (
     generated_index,
     served_by,
 )
-from ..encoding.tokenization import _requested_backend
+from ..encoding.tokenization import check_encoder_settings
 
 logger = logging.getLogger(__name__)
 
@@ -465,7 +465,7 @@ def resolve(
     tokens: only for callers that prefer some renderer to none).
     """
     kwargs = _check_arguments(model, tokenizer, renderer, chat_template_kwargs, knobs, thinking_retention)
-    _requested_backend(None)  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
+    check_encoder_settings()  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
     if renderer is not None and renderer != "auto":  # "auto": PrimeIntellect's name for no override
         return _with_retention(_explicit(renderer, model, tokenizer, kwargs, thinking_retention), thinking_retention)
     template = chat_template_of(tokenizer)

@@ -95,7 +95,7 @@ from itertools import accumulate
 from typing import Any
 
 from .. import forksafe
-from . import proof_cache
+from . import background_proof, proof_cache
 from .span_bpe import BYTE_OF, SpanBpe, bytes_of_byte_level, coverage_note
 
 __all__ = ["RankBpe", "rank_bpe_plan", "span_bpe_for"]
@@ -525,10 +525,22 @@ def _remembered(marker, facts: dict) -> tuple[Proof | None, str] | None:
     return proof, proof.note()
 
 
-def _prove(tokenizer_json: str, marker, facts: dict) -> tuple[Proof | None, str]:
+def _prove(tokenizer_json: str, marker, facts: dict, *, inline: bool = True) -> tuple[Proof | None, str] | None:
+    """The verdict remembered for exactly this content, else proved here (``inline``) or, when
+    it is not, the proof started in a background process: None, and why, in ``_PENDING``."""
     remembered = _remembered(marker, facts)
     if remembered is not None:  # decided before for exactly this content
         return remembered
+    if not inline and marker is not None and len(tokenizer_json) >= background_proof.INLINE_BELOW_CHARACTERS:
+        pending = background_proof.start(tokenizer_json, marker, facts)
+        if pending is not None:
+            _PENDING[facts["content"]] = pending
+            return None
+    return prove_and_remember(tokenizer_json, marker, facts)
+
+
+def prove_and_remember(tokenizer_json: str, marker, facts: dict) -> tuple[Proof | None, str]:
+    """Run the proof of ``tokenizer_json`` and remember its verdict at ``marker`` (None: nowhere)."""
     data = json.loads(tokenizer_json)
     try:
         nfc = _normalizer_is_nfc(data.get("normalizer"))
@@ -587,6 +599,8 @@ def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | No
 # Built once per process, not per renderer or tokenizer object.  Bounded: a process rarely holds
 # more tokenizers than this.  Plan: (encoder or None, note or why not, whether the proof itself was refused).
 _PROOFS: OrderedDict[str, tuple[Proof | None, str]] = OrderedDict()
+#: Per content whose proof runs in a background process: the reason shown meanwhile.
+_PENDING: dict[str, str] = {}
 _PLANS: OrderedDict[tuple[str, str], tuple[SpanBpe | None, str, bool]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 _PLANS_SIZE = 8
@@ -635,7 +649,7 @@ def _keep(table: OrderedDict, key: Any, value: Any) -> None:
             table.popitem(last=False)
 
 
-def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[SpanBpe | None, str]:
+def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bool = True) -> tuple[SpanBpe | None, str]:
     """The span encoder of the first of ``engines`` that can run the tokenizer, when it is provably
     a rank-based BPE on spans: ``(encoder, note)``; else ``(None, why not)``.
 
@@ -645,7 +659,9 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[Span
     later process skips parsing the JSON too) is remembered across processes in a marker file
     keyed by the sha256 of the tokenizer JSON and checked before it is used
     (:mod:`rllm_renderers.encoding.proof_cache`).  An engine is built once per content and engine per
-    process; the rank table is read only by the tiktoken engine.
+    process; the rank table is read only by the tiktoken engine.  ``inline=False``: a content with
+    no remembered verdict is proved in a background process (:mod:`~rllm_renderers.encoding.background_proof`)
+    and this call returns ``(None, why)`` at once; a later call finds the verdict.
     """
     unknown = [engine for engine in engines if engine not in ENGINES]
     if unknown or not engines:
@@ -665,7 +681,10 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES) -> tuple[Span
             with _PLANS_LOCK:
                 proved = _PROOFS.get(content)
             if proved is None:
-                proved = _prove(tokenizer_json, _proof_marker(content), _live_facts(content, (nfc, tuple(stages), pattern)))
+                facts = _live_facts(content, (nfc, tuple(stages), pattern))
+                proved = _prove(tokenizer_json, _proof_marker(content), facts, inline=inline)
+                if proved is None:  # proving in the background: HF for now, asked again next time
+                    return None, _PENDING[content]
                 _keep(_PROOFS, content, proved)
             proof, reason = proved
             plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)

@@ -95,6 +95,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import forksafe
+from .background_proof import Pending, proof_mode
 
 __all__ = ["TextEncoder", "text_encoder_for"]
 
@@ -356,6 +357,13 @@ def _requested_backend(backend: str | None) -> str:
     return choice
 
 
+def check_encoder_settings() -> None:
+    """A ValueError now, not at the first render, for a bad ``RLLM_RENDERERS_ENCODER`` or
+    ``RLLM_RENDERERS_PROOF``."""
+    _requested_backend(None)
+    proof_mode()
+
+
 class _SpanCache:
     """A bounded, thread-safe LRU of span text -> ids (exact: spans are encoded independently)."""
 
@@ -487,7 +495,11 @@ class TextEncoder:
             from .fast_encoder import ENGINES, span_bpe_for
 
             engines = ENGINES if requested == "auto" else (requested,)
-            self._rank_bpe, self.backend_reason = span_bpe_for(shared, engines)
+            # An engine asked for by name is proved here; "auto" does not wait for a first proof.
+            inline = requested != "auto" or proof_mode() == "inline"
+            self._rank_bpe, self.backend_reason = span_bpe_for(shared, engines, inline=inline)
+        #: Set while the tokenizer's proof runs in the background (HF meanwhile): where its verdict will be.
+        self._pending = self.backend_reason if isinstance(self.backend_reason, Pending) else None
         #: ``"fastokens"``, ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
         self.backend = self._rank_bpe.engine if self._rank_bpe is not None else "hf"
         # One engine call per text (no cache, no offsets): fastokens' segment list.
@@ -511,6 +523,11 @@ class TextEncoder:
         # In a forked child the engine (Rust state) is built again before its first use (_after_fork).
         self._stale_engine = False
         forksafe.track(self)
+
+    def proof_decided_since(self) -> bool:
+        """Whether this encoder waits for a background proof (HF meanwhile) that has now been
+        decided: then :func:`text_encoder_for` builds a new one, which reads the verdict."""
+        return self._pending is not None and self._pending.decided()
 
     # ------------------------------------------------------------------ public API
 
@@ -908,7 +925,7 @@ def text_encoder_for(tokenizer: Any, *, backend: str | None = None) -> TextEncod
     requested = _requested_backend(backend)
     key = (shared.get_vocab_size(with_added_tokens=True), _split_special_tokens(tokenizer, shared), requested)
     cached = getattr(shared, _CACHE_ATTRIBUTE, None)
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == key and not cached[1].proof_decided_since():
         return cached[1]
     encoder = TextEncoder(tokenizer, backend=requested)
     try:
