@@ -132,6 +132,7 @@ class GeneratedRenderer(ABC):
         self._encoder = None
         self._vocabulary: Any = None  # the tokenizer's tokenizers.Tokenizer (its size decides the encoder's)
         self._encoder_vocab_size = 0
+        self._vocabulary_mark: tuple[int, str | None] = (0, None)  # (encoding.tokenization.vocabulary_mark)
         self._parse_cache: _ParseFacts | None = None
         self._generation_prompt: str | None = None
         self._turn_opening: str | None = None
@@ -414,19 +415,24 @@ class GeneratedRenderer(ABC):
         """The tokenizer's :class:`~rllm_renderers.encoding.tokenization.TextEncoder` for its vocabulary as it is
         now: after ``tokenizer.add_special_tokens(...)`` (the vocabulary grew) the encoder, and with it
         the parse facts and the byte table, are built again, so ids, decoding and parsing follow the
-        tokenizer (one C call per use compares the size)."""
+        tokenizer (one C call per use: :func:`~rllm_renderers.encoding.tokenization.vocabulary_mark`)."""
         if self.tokenizer is None:
             raise ValueError(f"{type(self).__name__} was built without a tokenizer; only render_text is available")
         if self._vocabulary is None:
             from ..encoding.tokenization import _backend_of
 
             self._vocabulary = _backend_of(self.tokenizer)
-        size = self._vocabulary.get_vocab_size(with_added_tokens=True)
         # (a renderer built while its tokenizer's proof ran in the background moves to the fast engine)
-        if self._encoder is None or size != self._encoder_vocab_size or self._encoder.proof_decided_since():
-            from ..encoding.tokenization import text_encoder_for
+        if (
+            self._encoder is None
+            or self._vocabulary.id_to_token(self._vocabulary_mark[0]) != self._vocabulary_mark[1]
+            or self._encoder.proof_decided_since()
+        ):
+            from ..encoding.tokenization import text_encoder_for, vocabulary_mark
 
-            self._encoder, self._encoder_vocab_size = text_encoder_for(self.tokenizer), size
+            self._encoder = text_encoder_for(self.tokenizer)
+            self._vocabulary_mark = vocabulary_mark(self._vocabulary)
+            self._encoder_vocab_size = self._vocabulary.get_vocab_size(with_added_tokens=True)
         return self._encoder
 
     @property

@@ -204,6 +204,17 @@ def _backend_of(tokenizer: Any):
 _ADDED_ATTRIBUTE = "_rllm_added_tokens"
 
 
+def vocabulary_mark(backend: Any) -> tuple[int, str | None]:
+    """A witness of ``backend``'s vocabulary as it is now, cheap to check again: the id the next
+    added token will get, and the token that id names now (None).  The library gives a new added
+    token ``max(model size, largest added id + 1)``, so the vocabulary grew exactly when
+    ``backend.id_to_token(id)`` names another token.  (``id_to_token`` costs 0.1 us, where
+    ``get_vocab_size(with_added_tokens=True)`` builds the whole vocabulary for some tokenizers: 0.2 ms
+    for Gemma-3's, 40% of its render.)"""
+    next_id = max(backend.get_vocab_size(with_added_tokens=False), max(added_tokens_of(backend), default=-1) + 1)
+    return next_id, backend.id_to_token(next_id)
+
+
 def added_tokens_of(backend: Any) -> dict[int, Any]:
     """``backend.get_added_tokens_decoder()`` (id -> ``tokenizers.AddedToken``), kept on the backend
     while its vocabulary size stays the same (the library builds that dict anew on every call, a
