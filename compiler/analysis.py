@@ -327,13 +327,16 @@ def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tu
     return {knob: tuple(values) for knob, values in candidates.items()}
 
 
-def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -> TemplateFacts:
+def analyse(
+    source: str, name: str, *, special_tokens: dict[str, str], oracle, ast: nodes.Template | None = None
+) -> TemplateFacts:
     """Everything the emitter needs to know about one template.
 
     ``special_tokens`` are the values known at compile time (the tokenizer's, ``--special-token``);
     the oracle may carry placeholder values for the others (see ``pipeline.prepare_source``).
+    ``ast``: the template parsed already (:func:`parse_template`; its free variables are kept on it).
     """
-    ast = parse_template(source, name)
+    ast = parse_template(source, name) if ast is None else ast
     knobs, special, runtime = split_free_variables(ast, special_tokens, name)
     compared = compared_roles(ast)
     lead = required_lead(lambda messages: renders_probe(oracle, messages, knobs), compared)

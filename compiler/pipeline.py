@@ -22,7 +22,7 @@ from .analysis import (
     special_tokens_read,
     template_sha256,
 )
-from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
+from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name, translate_facts
 from .errors import CompileError, SourceError, VerificationError
 from .load_check import check_load_safe
 from .publish import publish_module
@@ -168,7 +168,7 @@ def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | N
         check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
         parity = "structural" if markers else "text"
     oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})
-    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
+    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle, ast=ast)
     return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity, markers)
 
 
@@ -199,13 +199,16 @@ def _compile_source(source, module, special_tokens) -> Compiled:
         oracle_version=ORACLE_VERSION,
         template_name=source.template_name,
     )
-    first_pass = load_renderer_class(emit_module(facts, spec, formatted=False), spec.module, spec.class_name)
+    translation = translate_facts(facts)
+    first_pass = load_renderer_class(
+        emit_module(facts, spec, formatted=False, translation=translation), spec.module, spec.class_name
+    )
     features = features_for(
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )
     turn = learn_turn_format(first_pass, prepared, features)
     turn = proven(turn, first_pass, prepared)
-    code = emit_module(facts, spec, turn)
+    code = emit_module(facts, spec, turn, translation=translation)
     prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
     return Compiled(**prepared_fields, spec=spec, code=code, turn=turn)
 
