@@ -22,6 +22,7 @@ from .analysis import (
     special_tokens_read,
     template_sha256,
 )
+from .collector import compile_pace
 from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name, translate_facts
 from .errors import CompileError, SourceError, VerificationError
 from .load_check import check_load_safe
@@ -183,7 +184,7 @@ def compile_source(
     The module is self-contained: nothing but the template (and its tokenizer) is consulted, so
     the same template gives the same bytes whatever the output folder or the checkout holds.
     """
-    with template_fault(source.display_name, source.source):
+    with template_fault(source.display_name, source.source), compile_pace():
         return _compile_source(source, module, special_tokens)
 
 
@@ -329,6 +330,13 @@ def generate(
     """Compile, verify against the template and (when named, or named by the override) the
     reference oracle, then write ``<out_dir>/<module>.py``; raises VerificationError on a mismatch.
     The returned report is the template's; ``report.reference`` the oracle's, if one was run."""
+    with compile_pace():
+        return _generate(
+            source, out_dir, cases=cases, seed=seed, module=module, special_tokens=special_tokens, oracle=oracle
+        )
+
+
+def _generate(source, out_dir, *, cases, seed, module, special_tokens, oracle):
     compiled = compile_source(source, module=module, special_tokens=special_tokens)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     with template_fault(source.display_name, source.source):

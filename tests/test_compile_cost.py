@@ -7,6 +7,7 @@ jinja2 does on every corpus template.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from jinja2.idtracking import find_symbols
 import compiler.emit
 import compiler.pipeline
 from compiler.analysis import parse_template
+from compiler.collector import COMPILE_THRESHOLD
 from compiler.pipeline import generate
 from compiler.source import resolve_source
 from compiler.translator.scopes import assigned_names
@@ -74,14 +76,16 @@ def test_assigned_names_keeps_the_sets_of_nested_scopes_and_takes_those_of_branc
 def test_a_compile_runs_each_pass_that_grows_with_the_template_once(tmp_path: Path, monkeypatch):
     """One jinja2 parse of ours (besides transformers' own compile), one jinja2 code generation of
     ours (free variables; besides transformers' compile), one translation for the first-pass class
-    and the emitted one, and black once, on the emitted module."""
+    and the emitted one, and black once, on the emitted module; all at the compile's collector pace."""
     calls: Counter[str] = Counter()
+    thresholds: set[int] = set()
 
     def counted(owner, attribute: str, label: str) -> None:
         original = getattr(owner, attribute)
 
         def wrapper(*args, **kwargs):
             calls[label] += 1
+            thresholds.add(gc.get_threshold()[0])
             return original(*args, **kwargs)
 
         monkeypatch.setattr(owner, attribute, wrapper)
@@ -93,9 +97,13 @@ def test_a_compile_runs_each_pass_that_grows_with_the_template_once(tmp_path: Pa
     path = tmp_path / "branches.jinja"
     path.write_text(BRANCHES + "{# " + tmp_path.name + " #}", encoding="utf-8")  # not in transformers' cache
     source = resolve_source("bench/branches", template=path, allow_hub=False)
+    before = gc.get_threshold()
     generate(source, tmp_path / "out", cases=1, seed=0, special_tokens={"bos_token": "<s>", "eos_token": "</s>"})
     assert calls["translation"] == 1, calls
     assert calls["jinja parse"] == 2, calls  # transformers' compile, then ours
     assert calls["jinja code generation"] == 2, calls  # transformers' compile, then find_undeclared_variables
     # the emitted module, and the generated folder's index (publish_module formats _index.py)
     assert calls["black"] == 2, calls
+    # at the compile's collector pace throughout (full collections scan the template's whole AST
+    # and IR: at Python's default pace they grew faster than the template), and as it was after
+    assert thresholds == {max(before[0], COMPILE_THRESHOLD)} and gc.get_threshold() == before
