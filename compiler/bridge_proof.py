@@ -127,6 +127,8 @@ class BridgeProof:
         parsed = renderer.parse_response(completion, tools=tools)
         if any(call.arguments is None for call in parsed.tool_calls):
             return True  # a call whose arguments do not parse is not the turn (and no message to render)
+        if any(call.name is None for call in parsed.tool_calls):
+            return True  # nor one whose name does not parse (Gemma-4's `call:{x{...}}`: the tool `{x`?)
         rebuilt = {"role": "assistant", "content": parsed.content}
         if parsed.reasoning_content is not None:
             rebuilt["reasoning_content"] = parsed.reasoning_content

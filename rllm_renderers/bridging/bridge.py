@@ -60,7 +60,7 @@ from ..turns.parsing import as_token_ids, decoded_prefix_lengths, token_index_at
 from .memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
 from .recovery import Unrecoverable, explain_once, recover_conversation
 from ..encoding.offsets import inside_ranges, span_values
-from ..turns.messages import RENDERABLE_CALLS, message_from_parse
+from ..turns.messages import BRIDGEABLE_CALLS, message_from_parse
 from .contract import BridgeableRenderer
 from ..turns.boundaries import cut_at_stop, tool_names
 from ..types import BridgedTokens, Message, RenderedTokens, ToolSpec
@@ -144,7 +144,7 @@ def sampled_turn_as_message(
     """
     # (as parse_response, without token spans; reasoning the template finds in the content stays there)
     parsed = renderer._parse_turn(completion_ids, tools, for_template=True).parsed
-    if parsed is None or any(call.status not in RENDERABLE_CALLS for call in parsed.calls):
+    if parsed is None or any(call.status not in BRIDGEABLE_CALLS for call in parsed.calls):
         return None
     return message_from_parse(parsed), parsed.reasoning_complete is False
 
