@@ -10,7 +10,8 @@ Two synthetic templates grow to ``--max-kb`` (default 1024) by doubling from ``-
 
 Each size is compiled once, in this process (the imports are not timed), into a fresh folder with
 ``cases=1`` and the synthetic tokenizer (no tokenizer folder: no corpus needed). Printed: size, seconds,
-seconds per 100 KB, and the ratio to the previous size (2.0 per doubling is linear).
+seconds per 100 KB, and the ratio to the previous size (2.0 per doubling is linear), each in wall-clock
+and in CPU seconds of this process (on a shared machine the CPU time is the one other load leaves alone).
 
 Run from the project root:  .venv/bin/python benchmarks/bench_compile.py [--shapes text,branches] [--max-kb 1024]
 """
@@ -59,13 +60,14 @@ def template_of(shape: str, kilobytes: int) -> str:
     return "".join(parts) + TAIL
 
 
-def compile_seconds(template: str, scratch: Path, name: str) -> float:
+def compile_seconds(template: str, scratch: Path, name: str) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of one ``generate``."""
     path = scratch / f"{name}.jinja"
     path.write_text(template, encoding="utf-8")
     source = resolve_source(f"bench/{name}", template=path, allow_hub=False)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     generate(source, scratch / name, cases=1, seed=0, special_tokens=SPECIAL_TOKENS)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - started_cpu
 
 
 def main() -> None:
@@ -74,7 +76,7 @@ def main() -> None:
     parser.add_argument("--start-kb", type=int, default=64)
     parser.add_argument("--max-kb", type=int, default=1024)
     args = parser.parse_args()
-    print(f"{'shape':<9} {'KB':>6} {'seconds':>8} {'s/100KB':>8} {'x prev':>7}")
+    print(f"{'shape':<9} {'KB':>6} {'seconds':>8} {'s/100KB':>8} {'x prev':>7} {'cpu s':>8} {'x prev':>7}")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         for shape in args.shapes.split(","):
@@ -82,11 +84,13 @@ def main() -> None:
             kilobytes = args.start_kb
             while kilobytes <= args.max_kb:
                 template = template_of(shape, kilobytes)
-                seconds = compile_seconds(template, scratch, f"{shape}_{kilobytes}")
-                ratio = f"{seconds / previous:7.2f}" if previous else f"{'':>7}"
-                print(f"{shape:<9} {len(template) // 1024:>6} {seconds:>8.1f} {seconds * 100 * 1024 / len(template):>8.2f} {ratio}")
+                seconds, cpu = compile_seconds(template, scratch, f"{shape}_{kilobytes}")
+                ratio = f"{seconds / previous[0]:7.2f}" if previous else f"{'':>7}"
+                cpu_ratio = f"{cpu / previous[1]:7.2f}" if previous else f"{'':>7}"
+                per_100kb = seconds * 100 * 1024 / len(template)
+                print(f"{shape:<9} {len(template) // 1024:>6} {seconds:>8.1f} {per_100kb:>8.2f} {ratio} {cpu:>8.1f} {cpu_ratio}")
                 sys.stdout.flush()
-                previous = seconds
+                previous = seconds, cpu
                 kilobytes *= 2
 
 

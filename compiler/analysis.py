@@ -16,7 +16,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from jinja2 import TemplateSyntaxError, meta, nodes
 
@@ -61,17 +61,36 @@ def parse_template(source: str, name: str) -> nodes.Template:
         raise CompileError(f"the template does not parse: {exc.message}", template=name, line=exc.lineno) from None
 
 
-def free_variables(ast: nodes.Template) -> set[str]:
-    # find_undeclared_variables runs Jinja's code generator, whose optimizer folds constants in
-    # place (`"x" | safe` becomes a Markup constant): give it a copy, the translator needs the
-    # template as written. The answer is kept on the tree (asked three times per compile; Jinja's
-    # code generator grows faster than the template on long if-chains)
-    cached = ast.__dict__.get("_rllm_free_variables")
-    if cached is None:
+#: What free_variables renames every name it is not asked about to (never a template's own name).
+OTHER_NAMES = "_rllm_other_name_"
+
+
+def free_variables(ast: nodes.Template, among: Iterable[str]) -> set[str]:
+    """The names of ``among`` the template reads free: jinja2's own answer
+    (``meta.find_undeclared_variables``), template inputs and global functions aside.
+
+    Jinja's code generator tracks each name on its own, but copies its table of every name a scope
+    binds at every ``if``: on a long chain of branches it grows with the square of the template.
+    It is run on a copy where every name not asked about is one name (``OTHER_NAMES``), so the table
+    stays small; the names asked about are where they were, read and bound as in the template, so
+    the answer for them is the same (tests/test_compile_cost.py checks it on every corpus template).
+    A copy also because its optimizer folds constants in place (``"x" | safe`` becomes a Markup
+    constant): the translator needs the template as written. Answers are kept on the tree (the
+    names a compile asks about, SPECIAL_TOKEN_NAMES and the unreachable ones, are asked together:
+    one run of the code generator per compile).
+    """
+    wanted = frozenset(among)
+    asked = (wanted | set(SPECIAL_TOKEN_NAMES) | unreachable_names()) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+    asked -= {OTHER_NAMES}
+    answers = ast.__dict__.setdefault("_rllm_free_variables", {})
+    if asked not in answers:
         environment = getattr(ast, "environment", None)
         copied = copy.deepcopy(ast, {id(environment): environment} if environment is not None else None)
-        cached = ast.__dict__["_rllm_free_variables"] = frozenset(meta.find_undeclared_variables(copied))
-    return set(cached) - set(TEMPLATE_INPUTS) - set(GLOBAL_FUNCTIONS)
+        for node in copied.find_all((nodes.Name, nodes.NSRef)):
+            if node.name not in asked:
+                node.name = OTHER_NAMES
+        answers[asked] = frozenset(meta.find_undeclared_variables(copied)) & asked
+    return set(answers[asked] & wanted)
 
 
 def compared_roles(ast: nodes.Template) -> tuple[str, ...]:
@@ -228,7 +247,7 @@ def split_free_variables(
     they are read when the renderer is built (from its tokenizer or ``special_tokens=``),
     never refused. Every other free name is a knob.
     """
-    free = free_variables(ast)
+    free = free_variables(ast, special_token_values)
     special = {variable: value for variable, value in special_token_values.items() if variable in free}
     first_pass = Lowering(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
     first_pass.lower_template(ast)
@@ -247,7 +266,7 @@ def unreachable_names() -> frozenset[str]:
 
 def undefined_names(ast: nodes.Template) -> tuple[str, ...]:
     """The unreachable names a template reads (Nemotron reads ``continue_final_message``)."""
-    return tuple(sorted(free_variables(ast) & unreachable_names()))
+    return tuple(sorted(free_variables(ast, unreachable_names())))
 
 
 #: The special-token attributes of a transformers tokenizer that ``apply_chat_template`` passes to a
@@ -257,7 +276,7 @@ SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_
 
 def special_tokens_read(ast: nodes.Template) -> tuple[str, ...]:
     """The special-token variables a template may read (free names among SPECIAL_TOKEN_NAMES)."""
-    free = free_variables(ast)
+    free = free_variables(ast, SPECIAL_TOKEN_NAMES)
     return tuple(name for name in SPECIAL_TOKEN_NAMES if name in free)
 
 
@@ -327,13 +346,16 @@ def knob_candidates(ast: nodes.Template, knobs: tuple[str, ...]) -> dict[str, tu
     return {knob: tuple(values) for knob, values in candidates.items()}
 
 
-def analyse(source: str, name: str, *, special_tokens: dict[str, str], oracle) -> TemplateFacts:
+def analyse(
+    source: str, name: str, *, special_tokens: dict[str, str], oracle, ast: nodes.Template | None = None
+) -> TemplateFacts:
     """Everything the emitter needs to know about one template.
 
     ``special_tokens`` are the values known at compile time (the tokenizer's, ``--special-token``);
     the oracle may carry placeholder values for the others (see ``pipeline.prepare_source``).
+    ``ast``: the template parsed already (:func:`parse_template`; its free variables are kept on it).
     """
-    ast = parse_template(source, name)
+    ast = parse_template(source, name) if ast is None else ast
     knobs, special, runtime = split_free_variables(ast, special_tokens, name)
     compared = compared_roles(ast)
     lead = required_lead(lambda messages: renders_probe(oracle, messages, knobs), compared)

@@ -127,6 +127,9 @@ class BridgeProof:
         parsed = renderer.parse_response(completion, tools=tools)
         if any(call.arguments is None for call in parsed.tool_calls):
             return True  # a call whose arguments do not parse is not the turn (and no message to render)
+        if any(call.status == "missing_name" for call in parsed.tool_calls):
+            return True  # nor one whose name does not parse (Gemma-4's `call:{x{...}}`: the tool `{x`?), though
+            # the bridge answers where the new messages read no call name (GLM's `<tool_call></tool_call>`)
         rebuilt = {"role": "assistant", "content": parsed.content}
         if parsed.reasoning_content is not None:
             rebuilt["reasoning_content"] = parsed.reasoning_content

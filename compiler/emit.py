@@ -87,25 +87,47 @@ def dataclass_literal(value: object) -> str:
     return f"{type(value).__name__}({', '.join(arguments)})"
 
 
+@dataclass(frozen=True)
+class Translation:
+    """A template translated once: the names its code uses, its IR, and the lines of its methods (the
+    same for the first-pass class and the emitted one: only the class's facts differ)."""
+
+    names: TemplateNames
+    program: ir.Program
+    method_lines: tuple[str, ...]
+
+
+def translate_facts(facts: TemplateFacts) -> Translation:
+    """Translate the template of ``facts`` (the slowest step of a compile after black: done once)."""
+    names = TemplateNames(
+        knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
+        special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
+    )
+    program = translate(facts.ast, facts.name, names, facts.source)
+    lines = statement_lines(program.body, 2)
+    for method in program.methods:
+        lines += ["", *method_lines(method)]
+    return Translation(names, program, tuple(lines))
+
+
 def emit_module(
     facts: TemplateFacts,
     spec: ModuleSpec,
     turn: ProbeFacts | None = None,
     *,
     formatted: bool = True,
+    translation: Translation | None = None,
 ) -> str:
     """The full text of ``generated/<module>.py``, black-formatted.
 
     ``turn`` carries what probing the first-pass class learned about assistant turns
     (see :mod:`compiler.probes`); without it the class can render but not parse or bridge.
     The module is self-contained: it imports only ``rllm_renderers.compiled``. ``formatted=False`` skips black (the same code, for a class that is only
-    run, never written: black is the slowest step on a large template).
+    run, never written: black is the slowest step on a large template). ``translation``: the
+    template's, when it was translated already (:func:`translate_facts`).
     """
-    names = TemplateNames(
-        knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
-        special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
-    )
-    program = translate(facts.ast, facts.name, names, facts.source)
+    translation = translation or translate_facts(facts)
+    names, program = translation.names, translation.program
     code_names = [spec.module, spec.class_name, *names.knobs.values(), *names.special_tokens.values()]
     code_names += [method.name for method in program.methods]
     for name in code_names:
@@ -152,9 +174,7 @@ def emit_module(
     for variable in facts.undefined_names:
         lines.append(f"        # apply_chat_template never passes {docstring_text(variable)} to the template")
         lines.append(f"        {knob_local(variable)} = jinja.Undefined({variable!r})")
-    lines += statement_lines(program.body, 2)
-    for method in program.methods:
-        lines += ["", *method_lines(method)]
+    lines += translation.method_lines
     source = "\n".join(lines) + "\n"
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
 

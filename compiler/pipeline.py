@@ -22,7 +22,8 @@ from .analysis import (
     special_tokens_read,
     template_sha256,
 )
-from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name
+from .collector import compile_pace
+from .emit import BLACK_MODE, ModuleSpec, class_name_for, emit_module, family_module_name, translate_facts
 from .errors import CompileError, SourceError, VerificationError
 from .load_check import check_load_safe
 from .publish import publish_module
@@ -168,7 +169,7 @@ def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | N
         check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
         parity = "structural" if markers else "text"
     oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})
-    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle)
+    facts = analyse(source.source, source.display_name, special_tokens=known, oracle=oracle, ast=ast)
     return Prepared(source, facts, tokenizer, oracle, placeholders, check_tokenizer, parity, markers)
 
 
@@ -183,7 +184,7 @@ def compile_source(
     The module is self-contained: nothing but the template (and its tokenizer) is consulted, so
     the same template gives the same bytes whatever the output folder or the checkout holds.
     """
-    with template_fault(source.display_name, source.source):
+    with template_fault(source.display_name, source.source), compile_pace():
         return _compile_source(source, module, special_tokens)
 
 
@@ -199,13 +200,16 @@ def _compile_source(source, module, special_tokens) -> Compiled:
         oracle_version=ORACLE_VERSION,
         template_name=source.template_name,
     )
-    first_pass = load_renderer_class(emit_module(facts, spec, formatted=False), spec.module, spec.class_name)
+    translation = translate_facts(facts)
+    first_pass = load_renderer_class(
+        emit_module(facts, spec, formatted=False, translation=translation), spec.module, spec.class_name
+    )
     features = features_for(
         first_pass, knob_candidates(facts.ast, facts.knobs), compared_roles(facts.ast), prepared.placeholders
     )
     turn = learn_turn_format(first_pass, prepared, features)
     turn = proven(turn, first_pass, prepared)
-    code = emit_module(facts, spec, turn)
+    code = emit_module(facts, spec, turn, translation=translation)
     prepared_fields = {field.name: getattr(prepared, field.name) for field in dataclasses.fields(Prepared)}
     return Compiled(**prepared_fields, spec=spec, code=code, turn=turn)
 
@@ -326,6 +330,13 @@ def generate(
     """Compile, verify against the template and (when named, or named by the override) the
     reference oracle, then write ``<out_dir>/<module>.py``; raises VerificationError on a mismatch.
     The returned report is the template's; ``report.reference`` the oracle's, if one was run."""
+    with compile_pace():
+        return _generate(
+            source, out_dir, cases=cases, seed=seed, module=module, special_tokens=special_tokens, oracle=oracle
+        )
+
+
+def _generate(source, out_dir, *, cases, seed, module, special_tokens, oracle):
     compiled = compile_source(source, module=module, special_tokens=special_tokens)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     with template_fault(source.display_name, source.source):

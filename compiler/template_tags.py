@@ -36,15 +36,11 @@ def block_tags(source: str) -> list[Tag]:
     blank = lambda match: re.sub(r"[^\n]", " ", match.group(0))  # noqa: E731 - keeps offsets
     text = RAW.sub(blank, COMMENT.sub(blank, source))
     tags = []
+    line, counted = 1, 0  # the line of offset `counted` (counted on from the previous tag: one pass)
     for match in TAG.finditer(text):
         keyword, rest = match.group(1), " ".join(match.group(2).split())
-        tags.append(
-            Tag(
-                text.count("\n", 0, match.start()) + 1,
-                keyword,
-                f"{{% {keyword} {rest} %}}" if rest else f"{{% {keyword} %}}",
-            )
-        )
+        line, counted = line + text.count("\n", counted, match.start()), match.start()
+        tags.append(Tag(line, keyword, f"{{% {keyword} {rest} %}}" if rest else f"{{% {keyword} %}}"))
     return tags
 
 
@@ -66,9 +62,10 @@ def tag_texts(template: nodes.Template, source: str | None) -> dict[int, str]:
     if source is None:
         return {}
     tags = block_tags(source)
+    ordered = in_source_order(template)
     texts: dict[int, str] = {}
     for kind in {nodes.If, nodes.For, nodes.Macro, nodes.CallBlock}:
-        found = [node for node in in_source_order(template) if type(node) is kind]
+        found = [node for node in ordered if type(node) is kind]
         kind_tags = [tag for tag in tags if KEYWORDS.get(tag.keyword) is kind]
         if len(found) == len(kind_tags):
             texts.update((id(node), shortened(tag.text)) for node, tag in zip(found, kind_tags))

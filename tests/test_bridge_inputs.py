@@ -283,3 +283,23 @@ def test_a_remembered_prompt_of_another_conversation_with_the_same_ids_lends_not
     bridged = renderer.bridge_to_next_turn(prompt, completion, [follow_up], messages=plain)
     expected = renderer.render_ids(plain + [answer, follow_up], add_generation_prompt=True)
     assert bridged is not None and bridged.token_ids == expected
+
+
+def test_a_call_whose_name_does_not_parse_is_not_bridged():
+    """Gemma-4 writes a call as ``call:NAME{ARGS}``: ``call:{x{a:"1"}}`` is the tool ``{x``, or a call
+    without a name and other arguments; and the template writes the name again in the tool result
+    (found through the call's id). The tokens do not say which: the bridge answers None (the caller
+    re-renders), never the tool result of a name the model did not write."""
+    from tests.families import ALL_FAMILIES
+
+    family = next(family for family in ALL_FAMILIES if family.module == "gemma_4")
+    renderer = family.renderer_class(family.load_tokenizer(), enable_thinking=True)
+    call = {"id": "call_0", "type": "function", "function": {"name": "{x", "arguments": {"a": "1"}}}
+    assistant = {"role": "assistant", "content": "", "reasoning_content": "", "tool_calls": [call]}
+    result = {"role": "tool", "tool_call_id": "call_0", "content": "r1"}
+    prompt, completion = turn_completion(renderer, [USER], assistant)
+    assert renderer.parse_response(completion).tool_calls[0].name is None  # the name does not parse
+    full = renderer.render_ids([USER, assistant, result], add_generation_prompt=True)
+    assert full[: len(prompt) + len(completion)] == prompt + completion  # (an exact extension exists)
+    for history in ([USER], None):
+        assert renderer.bridge_to_next_turn(prompt, completion, [result], messages=history) is None

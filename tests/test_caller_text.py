@@ -49,6 +49,21 @@ def test_tojson_marks_each_string_where_it_stands():
         assert marked_text(value) == ["city", 'Pa\\"ris', "days"]  # (the escaped text of a string)
 
 
+def test_indent_keeps_the_marks_of_every_line():
+    """Command-R+'s ``arguments | tojson(indent=4) | indent(8)``: each line's caller text stays marked."""
+    arguments = jinja.template_data(caller_data({"arguments": {"city": "Paris", "days": "3"}})["arguments"])
+    text = jinja.tojson(arguments, indent=4)
+    lines = CallerText("one\n\ntwo\nthree")
+    for value, options in ((text, {}), (text, {"first": True}), (lines, {"blank": True}), (lines, {"width": "> "})):
+        indented = jinja.indent(value, **options)
+        plain = jinja.indent(str.__str__(value), **options)
+        assert indented == plain and type(plain) is str, options
+        # every mark kept (the line breaks are the filter's own: it splits the lines and joins them)
+        assert "".join(marked_text(indented)) == "".join(marked_text(value)).replace("\n", ""), options
+        for low, high, _ in marks_of(indented):  # where its text stands
+            assert str.__str__(indented)[low:high] in str.__str__(value)
+
+
 def test_markup_concatenation_moves_the_marks_where_escaping_puts_the_text():
     name = CallerText("a<b")
     value = (

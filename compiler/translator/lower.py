@@ -24,6 +24,7 @@ import ast
 import builtins
 import keyword
 from collections import Counter
+from typing import Callable
 
 from jinja2 import nodes
 
@@ -147,9 +148,8 @@ class Lowering(ExpressionLowering, ValueKinds):
         base = wanted if wanted.isidentifier() else "value"
         if base in RESERVED_NAMES:
             base += "_"
-        taken = self.used_names | self.scope.visible_python_names()
         candidate, counter = base, 1
-        while candidate in taken:
+        while candidate in self.used_names or self.scope.shows_python_name(candidate):
             counter += 1
             candidate = f"{base}_{counter}"
         self.scope.helpers.add(candidate)
@@ -511,12 +511,12 @@ class Lowering(ExpressionLowering, ValueKinds):
                 last_read[read] = position
         for position, statement in enumerate(loop.body):
             if isinstance(statement, nodes.If) and dispatched_roles(statement, loop.target.name):
-                read_later = {read for read, last in last_read.items() if last > position}
-                self.role_dispatch(statement, loop, read_later)
+                # (a test per name, not a set per dispatch: a long role chain has a dispatch per branch)
+                self.role_dispatch(statement, loop, lambda name_, here=position: last_read.get(name_, -1) > here)
             else:
                 self.statement(statement)
 
-    def role_dispatch(self, node: nodes.If, loop: nodes.For, read_later: set[str]) -> None:
+    def role_dispatch(self, node: nodes.If, loop: nodes.For, read_later: Callable[[str], bool]) -> None:
         """``if role == 'user' ... elif role == 'assistant' ...`` with each branch in its own method."""
 
         def branch(body: list[nodes.Node], test: nodes.Node) -> list[ir.Stmt]:
@@ -526,10 +526,12 @@ class Lowering(ExpressionLowering, ValueKinds):
 
         self.add(self.if_chain(node, branch, label=f"{self.tag(node, '{% if %}')} (the role dispatch)"))
 
-    def extract_branch(self, body, roles: list[str], loop, read_later: set[str], test: nodes.Node) -> list[ir.Stmt] | None:
+    def extract_branch(
+        self, body, roles: list[str], loop, read_later: Callable[[str], bool], test: nodes.Node
+    ) -> list[ir.Stmt] | None:
         """``body`` as a method, and the block calling it; None when that is unsafe.
 
-        ``read_later``: the names the statements after this one in the loop body read."""
+        ``read_later``: whether a statement after this one in the loop body reads a name."""
         if not roles or not body or loop_control_of_this_loop(body):
             return None
         if any(isinstance(node, nodes.Macro) for node in body):
@@ -540,7 +542,7 @@ class Lowering(ExpressionLowering, ValueKinds):
             for node in statement.find_all(nodes.Getattr)
         ):
             return None  # loop.changed() keeps state across iterations in a render_template local
-        if assigned_names(body) & read_later:
+        if any(read_later(assigned) for assigned in assigned_names(body)):
             return None  # the branch sets something the rest of the iteration reads
         enclosing = self.scope.visible_python_names() | self.bound_locals()  # before the body adds its own
         method_body = self.lower_block(body)

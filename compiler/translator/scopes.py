@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from jinja2 import nodes
-from jinja2.idtracking import find_symbols
 
 
 LOOP_ATTRIBUTES = {
@@ -33,21 +32,59 @@ LOOP_ATTRIBUTES = {
 }
 
 
+class NameTable(dict):
+    """Template name -> Python name, counting its Python names, so that whether a Python name is
+    taken is one look-up (a loop body's scope holds a name per ``set`` of a long template)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.python_names: Counter[str] = Counter(self.values())
+
+    def __setitem__(self, template_name: str, python_name: str) -> None:
+        if template_name in self:
+            replaced = self[template_name]
+            self.python_names[replaced] -= 1
+            if not self.python_names[replaced]:
+                del self.python_names[replaced]
+        super().__setitem__(template_name, python_name)
+        self.python_names[python_name] += 1
+
+    def setdefault(self, template_name: str, python_name: str) -> str:  # type: ignore[override]
+        if template_name not in self:
+            self[template_name] = python_name
+        return self[template_name]
+
+    def _refused(self, *args, **kwargs):
+        raise TypeError("a NameTable is changed by item assignment or setdefault only (it counts its Python names)")
+
+    __delitem__ = pop = popitem = clear = update = _refused  # type: ignore[assignment]
+
+
 @dataclass
 class Scope:
     """Template name -> Python name, for one Jinja scope (template, loop body, macro)."""
 
-    names: dict[str, str] = field(default_factory=dict)
+    names: NameTable = field(default_factory=NameTable)
     parent: "Scope | None" = None
     helpers: set[str] = field(default_factory=set)  # translator-made names live in this scope
 
-    def visible_python_names(self) -> set[str]:
-        names: set[str] = set()
-        scope: Scope | None = self
+    def __post_init__(self) -> None:
+        if not isinstance(self.names, NameTable):
+            self.names = NameTable(self.names)
+
+    def chain(self) -> list["Scope"]:
+        scopes, scope = [], self
         while scope is not None:
-            names |= set(scope.names.values()) | scope.helpers
+            scopes.append(scope)
             scope = scope.parent
-        return names
+        return scopes
+
+    def visible_python_names(self) -> set[str]:
+        return set().union(*(names for scope in self.chain() for names in (scope.names.python_names, scope.helpers)))
+
+    def shows_python_name(self, python_name: str) -> bool:
+        """Whether ``python_name`` is in :meth:`visible_python_names` (without building the set)."""
+        return any(python_name in scope.names.python_names or python_name in scope.helpers for scope in self.chain())
 
     def lookup(self, name: str) -> str | None:
         scope: Scope | None = self
@@ -183,10 +220,47 @@ def scope_macros(body: list[nodes.Node]) -> list[nodes.Macro]:
     return found
 
 
+#: Statements whose own scope jinja2's symbol tracking (``idtracking.FrameSymbolVisitor``) does not
+#: enter, with the fields it does visit in the enclosing scope (a loop's iterable, a call block's call...).
+SCOPE_OPENERS: dict[type, tuple[str, ...]] = {
+    nodes.For: ("iter",),
+    nodes.CallBlock: ("call",),
+    nodes.FilterBlock: ("filter",),
+    nodes.With: ("values",),
+    nodes.AssignBlock: ("target",),
+    nodes.Scope: (),
+    nodes.Block: (),
+    nodes.OverlayScope: (),
+    nodes.Macro: (),
+}
+
+
 def assigned_names(body: list[nodes.Node]) -> set[str]:
-    """Names a scope's own statements assign: jinja2's own symbol tracking (``idtracking``), so
-    nested loops, macros, ``call`` and ``filter`` bodies keep their sets, ``if`` branches do not."""
-    return set(find_symbols(body, None).stores)
+    """Names a scope's own statements assign, as jinja2's own symbol tracking (``idtracking``) counts
+    its ``stores``: nested loops, macros, ``call`` and ``filter`` bodies keep their sets, ``if``
+    branches do not. (One walk over the statements: jinja2's tracker copies its symbol table at every
+    ``if``, which grows with the square of the template on a long chain of branches.)"""
+    stores: set[str] = set()
+    pending: list[nodes.Node] = list(body)
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is nodes.Name:
+            if node.ctx in ("store", "param"):
+                stores.add(node.name)
+        elif kind is nodes.Macro:
+            stores.add(node.name)
+        elif kind is nodes.Import:
+            stores.add(node.target)
+        elif kind is nodes.FromImport:
+            stores.update(name[1] if isinstance(name, tuple) else name for name in node.names)
+        if kind in SCOPE_OPENERS:
+            for field_name in SCOPE_OPENERS[kind]:
+                value = getattr(node, field_name)
+                pending.extend(value if isinstance(value, list) else [value])
+        else:
+            pending.extend(node.iter_child_nodes())
+    return stores
 
 
 def count_reads(body: list[nodes.Node]) -> Counter[str]:

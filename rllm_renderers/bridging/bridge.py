@@ -173,6 +173,41 @@ def template_reads_call_ids(renderer_class: type) -> bool:
     return any(constants(code) & CALL_ID_KEYS for code in codes if code is not None)
 
 
+def renders_by_missing_names(renderer: BridgeableRenderer, history: History, sampled: Message, new) -> bool:
+    """Whether the new messages render differently depending on the name of a sampled call whose name
+    did not parse (rendered as ``""``). The tokens may not say which name the model wrote: Gemma-4's
+    ``call:{x{a:1}}`` is the tool ``{x``, or no name and other arguments, and it writes the name again
+    in the tool result. Rendered with such calls named ``x`` too: the text the new messages add after
+    the turn must be the same (GLM's ``<tool_call></tool_call>`` is a call without a name, whatever
+    follows)."""
+    calls = sampled.get("tool_calls") or []
+    unnamed = {index for index, call in enumerate(calls) if not call["function"]["name"]}
+    if not unnamed or not new:
+        return False
+
+    def added_text(name: str) -> str | None:
+        named = {
+            **sampled,
+            "tool_calls": [
+                {**call, "function": {**call["function"], "name": name}} if index in unnamed else call
+                for index, call in enumerate(calls)
+            ],
+        }
+        try:
+            turn = renderer._run_template(
+                jinja.TemplateList(history.messages + renderer.template_messages([named])), history.tools, False
+            ).text()
+            whole = renderer._run_template(
+                jinja.TemplateList(history.messages + renderer.template_messages([named] + new)), history.tools, True
+            ).text()
+        except ValueError:
+            return None
+        return whole[len(turn) :] if whole.startswith(turn) else None
+
+    as_parsed = added_text("")
+    return as_parsed is None or as_parsed != added_text("x")
+
+
 def renders_by_call_ids(renderer: BridgeableRenderer, history: History, sampled: Message, new, tools, render) -> bool:
     """Whether the template renders the new tool results differently depending on the ids of the
     sampled calls, when the completion does not carry them: DeepSeek-V4 sorts results into call
@@ -387,6 +422,8 @@ class BridgePoint(NamedTuple):
         if render is None:
             return None
         if renders_by_call_ids(renderer, history, sampled, new, self.tools, render):
+            return None
+        if renders_by_missing_names(renderer, history, sampled, new):
             return None
         if not ends_like(renderer, prompt, render.prompt_text):
             if strict:

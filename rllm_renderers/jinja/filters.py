@@ -160,13 +160,14 @@ def indent(value: Any, width: int | str = 4, first: bool = False, blank: bool = 
         indentation = Markup(indentation)
         newline = Markup(newline)
     value += newline  # Jinja's quirk: a trailing newline makes splitlines keep a last empty line
+    # (joined with marked_join: the caller text of every line keeps its marks)
     if blank:
-        result = (newline + indentation).join(value.splitlines())
+        result = marked_join(newline + indentation, value.splitlines())
     else:
         lines = value.splitlines()
         result = lines.pop(0)
         if lines:
-            result += newline + newline.join(indentation + line if line else line for line in lines)
+            result += newline + marked_join(newline, [indentation + line if line else line for line in lines])
     if first:
         result = indentation + result
     return result
