@@ -245,7 +245,19 @@ class Prober:
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_tokens = tuple(stops)
-        return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops), content_lead=content_lead)
+        return TurnFormat(
+            close=close,
+            after_close=after_close,
+            stop_tokens=tuple(stops),
+            content_lead=content_lead,
+            content_parts=not self.writes_string_content(),
+        )
+
+    def writes_string_content(self) -> bool:
+        """Whether the template writes a plain answer given as a string (not only as content parts)."""
+        if self.renderer.CONTENT_FORMAT != "parts":
+            return True
+        return CONTENT in (self.render_form([USER, {"role": "assistant", "content": CONTENT}], False) or "")
 
     @contextlib.contextmanager
     def declaring_tools(self) -> Iterator[None]:

@@ -278,3 +278,47 @@ def test_tool_turns_closed_by_role_end_then_an_observation(tmp_path):
     assert compiled.turn.turn.stop_tokens == ("<|role_end|>",) and not compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+
+
+# --- a template that writes content only from OpenAI content parts ---------------------------
+
+#: Idefics style: every message's content is read as a list of parts; a string's is not written.
+PARTS_ONLY = (
+    "{% for m in messages %}{{ m.role.capitalize() }}:{% for part in m.content %}"
+    "{% if part.type == 'text' %} {{ part.text }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def parts(text: str) -> list[dict]:
+    return [{"type": "text", "text": text}]
+
+
+def test_the_bridge_rebuilds_a_parts_only_turn_as_content_parts(tmp_path):
+    """The parsed answer goes back to the template as one text part: as a string it would write
+    nothing of it, and the bridge could only return None."""
+    renderer_class, compiled = compile_file(tmp_path, "parts_only", PARTS_ONLY)
+    assert renderer_class.CONTENT_FORMAT == "parts" and renderer_class.TURN.content_parts
+    assert not renderer_class.UNLEARNED, renderer_class.UNLEARNED
+    for retention in ("template", "verbatim"):
+        renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, thinking_retention=retention)
+        history = [{"role": "user", "content": parts("What is up?")}]
+        turn, new = {"role": "assistant", "content": parts("Fine, thanks.")}, [{"role": "user", "content": parts("ok")}]
+        prompt = renderer.render_ids(history, add_generation_prompt=True)
+        full = renderer.render_ids(history + [turn] + new, add_generation_prompt=True)
+        stop = renderer.get_stop_token_ids()[0]
+        completion = full[len(prompt) : full.index(stop, len(prompt)) + 1]
+        assert renderer.parse_response(completion).content == "Fine, thanks."
+        bridged = renderer.bridge_to_next_turn(prompt, completion, new, messages=history)
+        assert bridged is not None and list(bridged.token_ids) == full, retention
+        recalled = renderer.bridge_to_next_turn(prompt, completion, new)
+        assert recalled is not None and list(recalled.token_ids) == full, retention
+
+
+def test_a_template_that_also_writes_string_content_keeps_strings(tmp_path):
+    """Qwen2-VL style (a string, or a loop over parts): the parse is given back as a string."""
+    either = PARTS_ONLY.replace(
+        "{% for part in m.content %}", "{% if m.content is string %} {{ m.content }}{% else %}{% for part in m.content %}"
+    ).replace("{% endfor %}<end_of_utterance>", "{% endfor %}{% endif %}<end_of_utterance>")
+    renderer_class, _ = compile_file(tmp_path, "parts_or_string", either)
+    assert renderer_class.CONTENT_FORMAT == "parts" and not renderer_class.TURN.content_parts

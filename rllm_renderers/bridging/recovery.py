@@ -365,7 +365,7 @@ def turn_message(renderer: BridgeableRenderer, text: str, stop: str, opening: st
     )
     if any(call.status not in RENDERABLE_CALLS for call in parsed.calls) or parsed.reasoning_complete is False:
         return None
-    return message_from_parse(parsed)
+    return message_from_parse(parsed, renderer.TURN.content_parts)
 
 
 def fill(message: Message, values: dict[int, str]) -> Message:
