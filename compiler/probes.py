@@ -235,6 +235,8 @@ class Prober:
         )
         middle_close, after_close = self.split_close(between, markers) if between is not None else (last_close, "")
         close = last_close or middle_close
+        if not last_close.strip() and self.writes_next_header():
+            close, after_close = "", ""  # the next message's header, written inside the turn: it ends it
         # generation stops at the close's first marker (or at its text); with no close, at the next headers
         stops = [first_added_token(close, markers) or close.strip()] if close.strip() else self.next_headers()
         if not stops:
@@ -328,23 +330,54 @@ class Prober:
         end = text.rfind(needle, 0, start)
         return text[end + len(needle) : start] if end >= 0 else None
 
-    def next_headers(self) -> list[str]:
-        """The markers that open a user message or a tool result after an assistant turn."""
+    @staticmethod
+    def followed_turns() -> list[list[dict]]:
+        """An assistant turn and a message after it: a user message after a plain answer, a tool
+        result after a call (its content "" and None)."""
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
         result = {"role": "tool", "content": "tq8", "tool_call_id": FIRST_ID}
-        followers = [
+        return [
             [{"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}],
             [{"role": "assistant", "content": "", "tool_calls": [call]}, result],
             [{"role": "assistant", "content": None, "tool_calls": [call]}, result],
         ]
+
+    def written_for_next(self, conversation: list[dict], start: int) -> str:
+        """What the template writes inside the assistant turn before the last message of
+        ``conversation`` because that message follows it, beyond what it writes when the turn is the
+        last message; ``start``: where the last message's own part starts in the render of
+        ``conversation``. "" when nothing is."""
+        try:
+            alone = self.renderer._render_output(conversation[:-1], None, False).text()
+            text = self.renderer._render_output(conversation, None, False).text()
+        except ValueError:
+            return ""
+        return text[len(alone) : start] if text.startswith(alone) and start > len(alone) else ""
+
+    def writes_next_header(self) -> bool:
+        """Whether an assistant turn followed by another message ends with text that depends on that
+        message's role (``<|user|>`` before a user message, ``<|observation|>`` before a tool result),
+        and which it does not write as the last message: the next message's header, written inside
+        the turn (a GLM-4-MoE training variant, for its loss mask). It is no close of the turn."""
+        written = set()
+        for messages in self.followed_turns():
+            found = self.last_message_start([USER, *messages])
+            if found is not None:
+                written.add(self.written_for_next([USER, *messages], found[1]).strip())
+        return len(written - {""}) > 1
+
+    def next_headers(self) -> list[str]:
+        """The markers that open a user message or a tool result after an assistant turn (with what
+        the turn writes for it: the next header when the turn writes it, see ``writes_next_header``)."""
         headers: list[str] = []
-        for messages in followers:
+        for messages in self.followed_turns():
             found = self.last_message_start([USER, *messages])
             needle = messages[-1]["content"]
             if found is None or needle not in found[0][found[1] :]:
                 continue
             text, start = found
-            header = self.steady_part(messages, text[start : text.index(needle, start)], needle)
+            header = self.written_for_next([USER, *messages], start) + text[start : text.index(needle, start)]
+            header = self.steady_part(messages, header, needle)
             marker = first_added_token(header, self.added_tokens)
             if marker is None:
                 # A header without a marker (Apertus opens tool results with a bare `[`) is a stop
@@ -364,7 +397,7 @@ class Prober:
         if found is None or needle not in found[0][found[1] :]:
             return header
         text, start = found
-        later = text[start : text.index(needle, start)]
+        later = self.written_for_next([USER, *messages, *messages], start) + text[start : text.index(needle, start)]
         return header if later == header else common_prefix(header, later)
 
     def tool_call_closes(self, close: str) -> list[str]:

@@ -322,3 +322,32 @@ def test_a_template_that_also_writes_string_content_keeps_strings(tmp_path):
     ).replace("{% endfor %}<end_of_utterance>", "{% endfor %}{% endif %}<end_of_utterance>")
     renderer_class, _ = compile_file(tmp_path, "parts_or_string", either)
     assert renderer_class.CONTENT_FORMAT == "parts" and not renderer_class.TURN.content_parts
+
+
+# --- a turn that writes the next message's header ---------------------------------------------
+
+#: GLM-4-MoE training-variant style: the header of the message after an assistant turn
+#: (`<|user|>` or `<|observation|>`) is written inside the turn, not by that message; the text is
+#: the one of a template whose next header ends the turn.
+NEXT_HEADER_IN_TURN = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}{{ '<|user|>' if loop.first or messages[loop.index0 - 1].role != 'assistant' }}"
+    "\n{{ m.content }}"
+    "{%- elif m.role == 'assistant' -%}<|assistant|>\n{{ m.content }}{% for c in m.tool_calls or [] %}"
+    "<tool_call>{{ c.function.name }}{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{%- if not loop.last %}{{ '<|user|>' if messages[loop.index0 + 1].role == 'user' else '<|observation|>' }}"
+    "{%- endif -%}"
+    "{%- elif m.role == 'tool' -%}{{ '<|observation|>' if messages[loop.index0 - 1].role != 'assistant' }}"
+    "\n{{ m.content }}"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<|assistant|>{% endif -%}"
+)
+
+
+def test_a_next_header_written_inside_the_turn_is_a_stop_not_a_close(tmp_path):
+    """What the turn writes only when a message follows, and otherwise for a tool result than for a
+    user message, is that message's header: nothing closes the turn, the headers are its stops."""
+    report, compiled = generate_file(tmp_path, "next_header_in_turn", NEXT_HEADER_IN_TURN, cases=30)
+    assert compiled.turn.turn.close == "" and compiled.turn.turn.stop_tokens == ("<|user|>", "<|observation|>")
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
