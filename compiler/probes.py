@@ -211,7 +211,8 @@ class Prober:
         completion = self.completion({"role": "assistant", "content": CONTENT})
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
-        if not self.renders_messages_one_by_one([USER, {"role": "assistant", "content": CONTENT}]):
+        answered = [USER, {"role": "assistant", "content": CONTENT}]
+        if not self.renders_messages_one_by_one(answered) and not self.continues_generation_prompt(answered):
             # Granite Guardian quotes the last two messages inside one user turn, for a classifier
             raise ProbeError("the template writes an assistant message inside another message's text, not as its own turn")
         own = self.own_text([USER, {"role": "assistant", "content": CONTENT}], 1)
@@ -296,6 +297,15 @@ class Prober:
         except ValueError:
             return True  # the probes that follow say why they cannot learn from it
         return any(index >= 0 for _, index in output.message_spans())
+
+    def continues_generation_prompt(self, messages: list[dict]) -> bool:
+        """Whether the render of ``messages`` (ending with an assistant message) is the render of the
+        ones before with the generation prompt, then that message's content: a turn of its own, also
+        where the template marks no message's part (Reka-Edge builds its whole text in a variable and
+        writes it once)."""
+        prompt = self.render(messages[:-1], add_generation_prompt=True)
+        full = self.render(messages)
+        return bool(prompt and full and full.startswith(prompt) and messages[-1]["content"] in full[len(prompt) :])
 
     def own_text(self, messages: list[dict], index: int) -> str | None:
         """The text of message ``index``'s own part (None when the template marks none)."""
