@@ -351,3 +351,22 @@ def test_a_next_header_written_inside_the_turn_is_a_stop_not_a_close(tmp_path):
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+
+
+#: Cohere2 style: the answer's close marker, then the turn's own end marker, both in the turn.
+CLOSE_THEN_TURN_END = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}<|START_TURN|><|USER|>{{ m.content }}<|END_TURN|>"
+    "{%- elif m.role == 'assistant' -%}<|START_TURN|><|BOT|><|START_TEXT|>{{ m.content }}<|END_TEXT|><|END_TURN|>"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<|START_TURN|><|BOT|>{% endif -%}"
+)
+
+
+def test_a_stop_followed_by_what_the_template_writes_after_the_close(tmp_path):
+    """The stop at the close is proven: what follows it in the turn is the learned after_close,
+    which the bridge writes itself."""
+    report, compiled = generate_file(tmp_path, "close_then_turn_end", CLOSE_THEN_TURN_END, cases=20)
+    assert (compiled.turn.turn.close, compiled.turn.turn.after_close) == ("<|END_TEXT|>", "<|END_TURN|>")
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
