@@ -474,7 +474,7 @@ class Prober:
             # off): the marker the reasoning itself follows in the turn's render opens it
             whole = self.render([USER, {"role": "assistant", "content": CONTENT, "reasoning_content": REASONING}]) or ""
             lead, space = split_trailing_space(whole[: whole.find(REASONING)] if REASONING in whole else "")
-            opener = last_added_token(lead, self.added_tokens)
+            opener = last_marker_word(lead, self.added_tokens)
             plain = self.render([USER, {"role": "assistant", "content": CONTENT}]) or ""
             header = last_added_token(plain[: plain.find(CONTENT)], self.added_tokens) if CONTENT in plain else None
             if opener is not None and opener not in (open_marker, header) and opener not in self.stop_tokens:
@@ -1302,6 +1302,17 @@ def word_like(text: str) -> str:
     """``text`` when it holds a letter or digit (``User:``, ``### Human``), else ""; bare punctuation
     (``[``) also starts ordinary text and cannot stop a generation."""
     return text if any(char.isalnum() for char in text) else ""
+
+
+def last_marker_word(text: str, added_tokens: frozenset[str]) -> str | None:
+    """The last added token in ``text`` with the word that follows it up to the text's end
+    (Gemma-4's ``<|channel>thought``), or None when whitespace follows it or there is none."""
+    stripped = text.rstrip()
+    found = max(((stripped.rfind(t), t) for t in added_tokens if t in stripped), key=lambda f: (f[0], len(f[1])), default=None)
+    if found is None:
+        return None
+    tail = stripped[found[0] :]
+    return None if any(character.isspace() for character in tail[len(found[1]) :]) else tail
 
 
 def last_marker(text: str, added_tokens: frozenset[str]) -> str:

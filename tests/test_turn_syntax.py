@@ -898,3 +898,19 @@ def test_a_text_built_in_a_variable_still_learns_its_turn(tmp_path):
     assert renderer.parse_response(completion).content == "Fine."
     bridged = renderer.bridge_to_next_turn(prompt, completion, new)
     assert bridged is not None and list(bridged.token_ids) == full
+
+
+# Gemma-4 community style: with thinking off the generation prompt closes an empty thought channel
+# (`<|channel>thought\n<channel|>`); a reasoned turn opens the channel with a marker and a word.
+CLOSED_EMPTY_THOUGHT_CHANNEL = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|turn>user\n{{ m.content }}<turn|>\n"
+    "{% elif m.role == 'assistant' %}<|turn>model\n{% if m.reasoning_content %}"
+    "<|channel>thought\n{{ m.reasoning_content }}\n<channel|>{% endif %}{{ m.content }}<turn|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}{% endif %}"
+)
+
+
+def test_a_prompt_closing_an_empty_channel_learns_the_channel_open_with_its_word(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "closed_empty_channel", CLOSED_EMPTY_THOUGHT_CHANNEL)
+    assert (renderer_class.REASONING.open, renderer_class.REASONING.after_open) == ("<|channel>thought", "\n")
+    assert renderer_class.REASONING.close == "<channel|>" and not renderer_class.UNLEARNED, renderer_class.UNLEARNED
