@@ -370,3 +370,25 @@ def test_a_stop_followed_by_what_the_template_writes_after_the_close(tmp_path):
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+
+
+#: llama.cpp's QwQ style: the template cuts reasoning out of history turns; with thinking off the
+#: generation prompt opens and closes an empty block, so the model samples no reasoning.
+CUT_REASONING_PROMPT_CLOSES_IT = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|im_start|>user\n{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'assistant' %}{% set content = m.content.split('</think>')[-1].lstrip('\\n') %}"
+    "<|im_start|>assistant\n{{ content }}{% for c in m.tool_calls or [] %}<tool_call>\n{{ c.function | tojson }}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+    "</tool_response><|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% if not enable_thinking %}</think>{% endif %}{% endif %}"
+)
+
+
+def test_a_prompt_that_closes_the_reasoning_block_samples_none(tmp_path):
+    """With thinking off no reasoning block is sampled: the proof does not make one up (it read a
+    call back cut inside its start marker, the prompt's `<t` taken for the turn's)."""
+    report, compiled = generate_file(tmp_path, "cut_reasoning_closed", CUT_REASONING_PROMPT_CLOSES_IT, cases=20)
+    assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["wrong"] == 0, report.bridge_examples
