@@ -115,7 +115,9 @@ def parse_text(
     if calls:
         content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
         if tool_calls.content_last:  # the template writes the content after the calls (Gemma-4)
-            content += _strip_prefix(text[calls[-1].end :], tool_calls.block_end)
+            after = text[calls[-1].end :]
+            if not (after.strip() and tool_calls.block_end.startswith(after)):  # (else a block end cut at its stop)
+                content += _strip_prefix(after, tool_calls.block_end)
     return TextParse(content, reasoning_text, reasoning_complete, calls)
 
 
