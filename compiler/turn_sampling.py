@@ -101,7 +101,10 @@ def reasoned_turn(renderer, history, assistant, tools):
     # the turn's text starts where the prompt's header ends (before a prefilled open marker)
     header_end = prompt_text.rstrip().rfind(reasoning.open) if opened else len(prompt_text)
     start = min(len(os.path.commonprefix([prompt_text, turn_text])), header_end)
-    text = ("" if opened else block) + THOUGHT + reasoning.close + reasoning.after_close + turn_text[start:]
+    turn = turn_text[start:]
+    # the turn may write the block's close itself, after no reasoning (DeepSeek-V3.1's `</think>content`)
+    close = "" if turn.startswith(reasoning.close) else reasoning.close + reasoning.after_close
+    text = ("" if opened else block) + THOUGHT + close + turn
     ids = renderer.encoder.encode(text)
     stops = set(renderer.get_stop_token_ids())
     stop = next((k for k, token in enumerate(ids) if token in stops), None)

@@ -392,3 +392,22 @@ def test_a_prompt_that_closes_the_reasoning_block_samples_none(tmp_path):
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["wrong"] == 0, report.bridge_examples
+
+
+#: DeepSeek-V3.1 style: a turn in history is written `</think>` + content (the reasoning cut out of
+#: it); with thinking on the generation prompt opens `<think>`, so the model samples reasoning and
+#: then the turn, whose own `</think>` closes the block.
+TURN_WRITES_THE_CLOSE = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|User|>{{ m.content }}"
+    "{% elif m.role == 'assistant' %}{% set c = m.content %}{% if '</think>' in c %}{% set c = c.split('</think>', 1)[1] %}"
+    "{% endif %}<|Assistant|></think>{{ c }}<|eos|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|>{% if thinking %}<think>{% else %}</think>{% endif %}{% endif %}"
+)
+
+
+def test_a_reasoned_sample_whose_turn_writes_the_close_itself(tmp_path):
+    report, compiled = generate_file(tmp_path, "turn_writes_close", TURN_WRITES_THE_CLOSE, cases=20)
+    assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["wrong"] == 0, report.bridge_examples
