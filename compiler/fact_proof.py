@@ -203,7 +203,7 @@ def read_back(
         return
     at, stop = found
     rest = completion[at + len(stop) :]
-    after_close = completion[: at + len(stop)].endswith(renderer.TURN.close) and rest.strip() == renderer.TURN.after_close.strip()
+    after_close = rest.strip() == renderer.TURN.after_close.strip()  # (after a call turn's stop too: Cohere)
     if closed and rest.strip() and not after_close:  # (what follows the close the bridge writes itself)
         header = renderer.generation_prompt().strip()
         if header and header in rest and len(turn.get("tool_calls") or []) > 1:

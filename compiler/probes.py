@@ -416,6 +416,8 @@ class Prober:
             return []  # the next message's header ends every turn
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
         completion = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
+        if completion:  # without what the template writes after any turn's close (Cohere's next header)
+            completion = completion.rstrip()[: len(completion.rstrip()) - len(self.after_every_close(close, completion))]
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
@@ -428,6 +430,17 @@ class Prober:
             # model samples as its stop (a community Gemma-4 template's `<|tool_response>`)
             token = self.tool_reply_opener(call)
         return [token] if token else []
+
+    def after_every_close(self, close: str, completion: str) -> str:
+        """The text that ends both ``completion`` (a tool-calling turn) and a plain answer after its
+        ``close``: what the template writes after every turn, not a close of its own (a template that
+        writes the next turn's header unasked, CohereForAI's command-r7b)."""
+        plain = (self.completion({"role": "assistant", "content": CONTENT}) or "").rstrip()
+        marker = close.strip()
+        after = plain[plain.rfind(marker) + len(marker) :] if marker and marker in plain else ""
+        while after and not completion.rstrip().endswith(after):
+            after = after[1:]
+        return after if after.strip() else ""
 
     def tool_reply_opener(self, call: dict) -> str | None:
         """The first marker of the header the template writes before a tool result, after a call."""
