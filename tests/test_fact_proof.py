@@ -430,3 +430,22 @@ def test_a_call_turns_close_is_not_the_header_written_after_every_turn(tmp_path)
     assert compiled.turn.turn.stop_tokens[:2] == ("<|END_RESPONSE|>", "<|END_ACTION|>"), compiled.turn.turn
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+
+
+#: DeepSeek-V3.2 style: reasoning is written only with thinking on; with the base knobs (thinking
+#: off) the prompt closes an empty block and no turn shows reasoning.
+REASONING_ONLY_WITH_THINKING = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|User|>{{ m.content }}"
+    "{% elif m.role == 'assistant' %}<|Assistant|>{% if thinking and loop.last %}<think>{{ m.reasoning_content or '' }}"
+    "</think>{% else %}</think>{% endif %}{{ m.content }}<|eos|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|>{% if thinking %}<think>{% else %}<think></think>{% endif %}{% endif %}"
+)
+
+
+def test_reasoning_written_only_under_a_knob_is_learned_there(tmp_path):
+    report, compiled = generate_file(tmp_path, "reasoning_with_thinking", REASONING_ONLY_WITH_THINKING, cases=20)
+    reasoning = compiled.turn.reasoning
+    assert reasoning is not None and (reasoning.open, reasoning.close) == ("<think>", "</think>"), reasoning
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert report.bridge["wrong"] == 0, report.bridge_examples
