@@ -415,14 +415,13 @@ class Prober:
         if not close.strip():
             return []  # the next message's header ends every turn
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
-        completion = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
-        if completion:  # without what the template writes after any turn's close (Cohere's next header)
-            completion = completion.rstrip()[: len(completion.rstrip()) - len(self.after_every_close(close, completion))]
+        # (without what the template writes after every turn's close: command-r7b's next header)
+        completion = self.without_after_every_close(close, self.completion({"role": "assistant", "content": None, "tool_calls": [call]}))
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
         calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
-        double = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        double = self.without_after_every_close(close, self.completion({"role": "assistant", "content": None, "tool_calls": calls}))
         header = self.renderer.generation_prompt().strip()
         per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
         if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
@@ -430,6 +429,11 @@ class Prober:
             # model samples as its stop (a community Gemma-4 template's `<|tool_response>`)
             token = self.tool_reply_opener(call)
         return [token] if token else []
+
+    def without_after_every_close(self, close: str, completion: str | None) -> str | None:
+        if not completion:
+            return completion
+        return completion.rstrip()[: len(completion.rstrip()) - len(self.after_every_close(close, completion))]
 
     def after_every_close(self, close: str, completion: str) -> str:
         """The text that ends both ``completion`` (a tool-calling turn) and a plain answer after its
