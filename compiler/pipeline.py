@@ -137,7 +137,7 @@ def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, 
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close)
+            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
         except ValueError:
             continue
         stops += [close for close in closes if close not in stops]

@@ -242,7 +242,7 @@ class Prober:
         stops = [first_added_token(close, markers) or close.strip()] if close.strip() else self.next_headers()
         if not stops:
             raise ProbeError("nothing closes an assistant turn and no message header follows one")
-        for extra in self.tool_call_closes(close):
+        for extra in self.tool_call_closes(close, after_close):
             if extra not in stops:
                 stops.append(extra)
         if eos_token and eos_token not in stops:
@@ -410,18 +410,18 @@ class Prober:
         later = self.written_for_next([USER, *messages, *messages], start) + text[start : text.index(needle, start)]
         return header if later == header else common_prefix(header, later)
 
-    def tool_call_closes(self, close: str) -> list[str]:
+    def tool_call_closes(self, close: str, after_close: str = "") -> list[str]:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
         if not close.strip():
             return []  # the next message's header ends every turn
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
         # (without what the template writes after every turn's close: command-r7b's next header)
-        completion = self.without_after_every_close(close, self.completion({"role": "assistant", "content": None, "tool_calls": [call]}))
+        completion = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": [call]}))
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
         calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
-        double = self.without_after_every_close(close, self.completion({"role": "assistant", "content": None, "tool_calls": calls}))
+        double = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": calls}))
         header = self.renderer.generation_prompt().strip()
         per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
         if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
@@ -437,14 +437,14 @@ class Prober:
 
     def after_every_close(self, close: str, completion: str) -> str:
         """The text that ends both ``completion`` (a tool-calling turn) and a plain answer after its
-        ``close``: what the template writes after every turn, not a close of its own (a template that
-        writes the next turn's header unasked, CohereForAI's command-r7b)."""
+        ``close`` (with what follows it in the turn): what the template writes after every turn, not
+        a close of its own (a template that writes the next turn's header unasked, command-r7b)."""
         plain = (self.completion({"role": "assistant", "content": CONTENT}) or "").rstrip()
         marker = close.strip()
         after = plain[plain.rfind(marker) + len(marker) :] if marker and marker in plain else ""
-        while after and not completion.rstrip().endswith(after):
-            after = after[1:]
-        return after if after.strip() else ""
+        # (its longest end the completion shares, starting at a marker: never part of a token)
+        starts = [at for at in range(len(after)) if any(after.startswith(token, at) for token in self.added_tokens)]
+        return next((after[at:] for at in starts if completion.rstrip().endswith(after[at:])), "")
 
     def tool_reply_opener(self, call: dict) -> str | None:
         """The first marker of the header the template writes before a tool result, after a call."""

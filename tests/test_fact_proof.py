@@ -414,8 +414,8 @@ def test_a_reasoned_sample_whose_turn_writes_the_close_itself(tmp_path):
 
 
 #: CohereForAI command-r7b style: the template writes the next model turn's header after every
-#: conversation (no generation flag), and a call turn ends `<|END_ACTION|>` where an answer ends
-#: `<|END_RESPONSE|>`, each followed by the turn's end token.
+#: conversation (no generation flag), and a call turn ends `<|END_ACTION|><|EOT|>` where an answer
+#: ends `<|END_RESPONSE|><|EOT|>`: the call turn's stop is its end token, not the header's.
 HEADER_AFTER_EVERY_TURN = (
     "{%- for m in messages %}{% if m.role == 'user' %}<|SOT|><|USER|>{{ m.content }}<|EOT|>"
     "{% elif m.role == 'assistant' %}<|SOT|><|BOT|>{% if m.tool_calls %}<|START_ACTION|>["
@@ -427,7 +427,7 @@ HEADER_AFTER_EVERY_TURN = (
 
 def test_a_call_turns_close_is_not_the_header_written_after_every_turn(tmp_path):
     report, compiled = generate_file(tmp_path, "header_after_every_turn", HEADER_AFTER_EVERY_TURN, cases=20)
-    assert compiled.turn.turn.stop_tokens[:2] == ("<|END_RESPONSE|>", "<|END_ACTION|>"), compiled.turn.turn
+    assert compiled.turn.turn.stop_tokens[:2] == ("<|END_RESPONSE|>", "<|EOT|>"), compiled.turn.turn  # (not <|BOT|>)
     assert not compiled.turn.unlearned, compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
 
