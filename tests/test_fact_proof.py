@@ -280,6 +280,16 @@ def test_tool_turns_closed_by_role_end_then_an_observation(tmp_path):
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
 
 
+def assert_proven(report, compiled, *, bridged: bool = False, bridge: bool = True) -> None:
+    """Every fact learned and proven; the bridge never wrong (``bridged``: and exact somewhere, no miss)."""
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    if bridge:
+        assert report.bridge["wrong"] == 0, report.bridge_examples
+    if bridged:
+        assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0, report.summary()
+
+
 # --- a template that writes content only from OpenAI content parts ---------------------------
 
 #: Idefics style: every message's content is read as a list of parts; a string's is not written.
@@ -348,9 +358,7 @@ def test_a_next_header_written_inside_the_turn_is_a_stop_not_a_close(tmp_path):
     user message, is that message's header: nothing closes the turn, the headers are its stops."""
     report, compiled = generate_file(tmp_path, "next_header_in_turn", NEXT_HEADER_IN_TURN, cases=30)
     assert compiled.turn.turn.close == "" and compiled.turn.turn.stop_tokens == ("<|user|>", "<|observation|>")
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
-    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+    assert_proven(report, compiled, bridged=True)
 
 
 #: Cohere2 style: the answer's close marker, then the turn's own end marker, both in the turn.
@@ -367,9 +375,7 @@ def test_a_stop_followed_by_what_the_template_writes_after_the_close(tmp_path):
     which the bridge writes itself."""
     report, compiled = generate_file(tmp_path, "close_then_turn_end", CLOSE_THEN_TURN_END, cases=20)
     assert (compiled.turn.turn.close, compiled.turn.turn.after_close) == ("<|END_TEXT|>", "<|END_TURN|>")
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
-    assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+    assert_proven(report, compiled, bridged=True)
 
 
 #: llama.cpp's QwQ style: the template cuts reasoning out of history turns; with thinking off the
@@ -389,9 +395,7 @@ def test_a_prompt_that_closes_the_reasoning_block_samples_none(tmp_path):
     call back cut inside its start marker, the prompt's `<t` taken for the turn's)."""
     report, compiled = generate_file(tmp_path, "cut_reasoning_closed", CUT_REASONING_PROMPT_CLOSES_IT, cases=20)
     assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
-    assert report.bridge["wrong"] == 0, report.bridge_examples
+    assert_proven(report, compiled)
 
 
 #: DeepSeek-V3.1 style: a turn in history is written `</think>` + content (the reasoning cut out of
@@ -408,9 +412,7 @@ TURN_WRITES_THE_CLOSE = (
 def test_a_reasoned_sample_whose_turn_writes_the_close_itself(tmp_path):
     report, compiled = generate_file(tmp_path, "turn_writes_close", TURN_WRITES_THE_CLOSE, cases=20)
     assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
-    assert report.bridge["wrong"] == 0, report.bridge_examples
+    assert_proven(report, compiled)
 
 
 #: CohereForAI command-r7b style: the template writes the next model turn's header after every
@@ -428,8 +430,7 @@ HEADER_AFTER_EVERY_TURN = (
 def test_a_call_turns_close_is_not_the_header_written_after_every_turn(tmp_path):
     report, compiled = generate_file(tmp_path, "header_after_every_turn", HEADER_AFTER_EVERY_TURN, cases=20)
     assert compiled.turn.turn.stop_tokens[:2] == ("<|END_RESPONSE|>", "<|EOT|>"), compiled.turn.turn  # (not <|BOT|>)
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    assert_proven(report, compiled, bridge=False)
 
 
 #: DeepSeek-V3.2 style: reasoning is written only with thinking on; with the base knobs (thinking
@@ -446,6 +447,4 @@ def test_reasoning_written_only_under_a_knob_is_learned_there(tmp_path):
     report, compiled = generate_file(tmp_path, "reasoning_with_thinking", REASONING_ONLY_WITH_THINKING, cases=20)
     reasoning = compiled.turn.reasoning
     assert reasoning is not None and (reasoning.open, reasoning.close) == ("<think>", "</think>"), reasoning
-    assert not compiled.turn.unlearned, compiled.turn.unlearned
-    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
-    assert report.bridge["wrong"] == 0, report.bridge_examples
+    assert_proven(report, compiled)
