@@ -18,11 +18,13 @@ modes (a wrong bridge fails them); ``tests/test_bridge_differential.py`` on ever
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from rllm_renderers.bridging.memory import PromptHistories
 
 from .oracle import OracleRejected
+from .probes import as_text_parts
 from .turn_sampling import reasoned_turn, sampled_turn, template_suffix, turn_points
 
 RETENTIONS = ("template", "verbatim")
@@ -131,6 +133,8 @@ class BridgeProof:
             return True  # nor one whose name does not parse (Gemma-4's `call:{x{...}}`: the tool `{x`?), though
             # the bridge answers where the new messages read no call name (GLM's `<tool_call></tool_call>`)
         rebuilt = {"role": "assistant", "content": parsed.content}
+        if renderer.TURN.content_parts:  # (as the bridge gives it back)
+            rebuilt = as_text_parts({**rebuilt, "content": parsed.content or ""})
         if parsed.reasoning_content is not None:
             rebuilt["reasoning_content"] = parsed.reasoning_content
         originals = assistant.get("tool_calls") or []
@@ -290,6 +294,8 @@ def bridge_counts(renderer_class: type, tokenizer, oracle, special_tokens: dict,
     examples: list[str] = []
     if renderer_class.TURN is None:
         return counts, examples
+    if renderer_class.TURN.content_parts:  # conversations whose content the template writes
+        cases = [dataclasses.replace(case, messages=[as_text_parts(m) for m in case.messages]) for case in cases]
     for retention in RETENTIONS:
         proof = BridgeProof(renderer_class, tokenizer, oracle, retention, special_tokens)
         counts += proof.run_cases(cases)

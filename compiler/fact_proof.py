@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .probes import after_prompt
+from .probes import after_prompt, as_text_parts
 from .turn_sampling import THOUGHT, reasoned_turn
 
 USER = {"role": "user", "content": "What is up?"}
@@ -142,11 +142,19 @@ def fact_markers(renderer) -> set[str]:
     return {marker for marker in found if not any(stop in marker for stop in renderer.get_stop_strings())}
 
 
+def as_written(renderer, messages: list[dict]) -> list[dict]:
+    """``messages`` with their content in the form the template writes: one text part each for a
+    template that writes no string content (``TurnFormat.content_parts``, Idefics)."""
+    if renderer.TURN is not None and renderer.TURN.content_parts:
+        return [as_text_parts(message) for message in messages]
+    return messages
+
+
 def tools_for(renderer, history: list[dict]) -> list | None:
     """The sample tools, in a form the template renders (OpenAI's, bare functions), else none."""
     for candidate in (TOOLS, [tool["function"] for tool in TOOLS], None):
         try:
-            renderer.render_text(history, tools=candidate, add_generation_prompt=True)
+            renderer.render_text(as_written(renderer, history), tools=candidate, add_generation_prompt=True)
         except ValueError:
             continue
         return candidate
@@ -170,8 +178,8 @@ def read_back(
     # nothing closes the turn: the next message's header ends it
     messages = history + [turn] if closed else history + [turn, follower(turn)]
     try:
-        prompt = renderer.render_text(history, tools=tools, add_generation_prompt=True)
-        output = renderer._render_output(messages, tools, not closed)
+        prompt = renderer.render_text(as_written(renderer, history), tools=tools, add_generation_prompt=True)
+        output = renderer._render_output(as_written(renderer, messages), tools, not closed)
     except ValueError:
         return  # the template refuses this turn (a call it cannot write)
     full = output.text()
@@ -195,7 +203,8 @@ def read_back(
         return
     at, stop = found
     rest = completion[at + len(stop) :]
-    if closed and rest.strip():
+    after_close = rest.strip() == renderer.TURN.after_close.strip()  # (after a call turn's stop too: Cohere)
+    if closed and rest.strip() and not after_close:  # (what follows the close the bridge writes itself)
         header = renderer.generation_prompt().strip()
         if header and header in rest and len(turn.get("tool_calls") or []) > 1:
             return  # the template writes a turn per call (harmony); the model samples them one by one
@@ -246,7 +255,8 @@ def stop_in_follower(renderer, history, turn, tools, prompt: str, own: str) -> s
     """The turn's text up to a stop the next message's header starts with (None when there is none
     right after the turn's own text ``own``)."""
     try:
-        full = renderer.render_text(history + [turn, follower(turn)], tools=tools, add_generation_prompt=True)
+        messages = as_written(renderer, history + [turn, follower(turn)])
+        full = renderer.render_text(messages, tools=tools, add_generation_prompt=True)
     except ValueError:
         return None
     completion = after_prompt(prompt, full)

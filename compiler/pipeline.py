@@ -32,7 +32,7 @@ from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .fact_proof import FactProof, knob_settings, prove_facts
-from .probes import ProbeFacts, Prober, probe
+from .probes import ProbeError, ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
 from .verify import VerificationReport, features_for, verify
@@ -138,7 +138,7 @@ def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, 
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close)
+            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
         except ValueError:
             continue
         stops += [close for close in closes if close not in stops]
@@ -398,12 +398,44 @@ def with_facts(renderer_class: type, turn: ProbeFacts) -> type:
 
 
 def proven(turn: ProbeFacts, first_pass: type, prepared: Prepared) -> ProbeFacts:
-    """``turn`` with each fact that fails its proof (:mod:`compiler.fact_proof`) unlearned, with the reason."""
+    """``turn`` with each fact that fails its proof (:mod:`compiler.fact_proof`) unlearned, with the reason.
+
+    Reasoning the base knobs do not render (thinking off) but another knob value does, which the
+    proof then finds unread, is learned under that value, where that makes every fact prove
+    (DeepSeek-V3.2, command-r7b: ``<think>``, ``<|START_THINKING|>`` only with thinking on)."""
     proof = prove_class_facts(with_facts(first_pass, turn), prepared)
     if not proof.failed:
         return turn
+    if turn.reasoning is None and turn.turn is not None:
+        for candidate in reasoning_under_other_knobs(turn, first_pass, prepared):
+            if not prove_class_facts(with_facts(first_pass, candidate), prepared).failed:
+                return candidate
     unlearned = {**turn.unlearned, **{fact: f"proof failed: {why}" for fact, why in proof.failed.items()}}
     return dataclasses.replace(turn, unlearned=unlearned)
+
+
+def reasoning_under_other_knobs(turn: ProbeFacts, first_pass: type, prepared: Prepared):
+    """``turn`` with the reasoning format learned under each non-base knob value that renders one
+    (with the turn's content lead kept, and dropped as an empty block the parser reads itself)."""
+    features = features_for(
+        first_pass, knob_candidates(prepared.facts.ast, prepared.facts.knobs), compared_roles(prepared.facts.ast),
+        prepared.placeholders,
+    )
+    markers = added_token_strings(prepared.tokenizer, prepared.facts, prepared.placeholders, prepared.markers)
+    for settings in list(knob_settings(features))[1:]:
+        try:
+            renderer = first_pass(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
+            reasoning = Prober(renderer, markers).reasoning_format()
+        except (ValueError, ProbeError):
+            continue
+        if reasoning is None:
+            continue
+        notes = tuple(note for note in turn.notes if "does not render reasoning_content" not in note)
+        notes += (f"reasoning markers learned with {settings} (the base knobs render no reasoning)",)
+        learned = dataclasses.replace(turn, reasoning=reasoning, notes=notes)
+        yield learned
+        if turn.turn.content_lead.strip():
+            yield dataclasses.replace(learned, turn=dataclasses.replace(turn.turn, content_lead=""))
 
 
 def prove_class_facts(renderer_class: type, prepared: Prepared) -> FactProof:

@@ -211,7 +211,8 @@ class Prober:
         completion = self.completion({"role": "assistant", "content": CONTENT})
         if completion is None or CONTENT not in completion:
             raise ProbeError("the template does not render a plain assistant message")
-        if not self.renders_messages_one_by_one([USER, {"role": "assistant", "content": CONTENT}]):
+        answered = [USER, {"role": "assistant", "content": CONTENT}]
+        if not self.renders_messages_one_by_one(answered) and not self.continues_generation_prompt(answered):
             # Granite Guardian quotes the last two messages inside one user turn, for a classifier
             raise ProbeError("the template writes an assistant message inside another message's text, not as its own turn")
         own = self.own_text([USER, {"role": "assistant", "content": CONTENT}], 1)
@@ -235,17 +236,31 @@ class Prober:
         )
         middle_close, after_close = self.split_close(between, markers) if between is not None else (last_close, "")
         close = last_close or middle_close
+        if not last_close.strip() and self.writes_next_header():
+            close, after_close = "", ""  # the next message's header, written inside the turn: it ends it
         # generation stops at the close's first marker (or at its text); with no close, at the next headers
         stops = [first_added_token(close, markers) or close.strip()] if close.strip() else self.next_headers()
         if not stops:
             raise ProbeError("nothing closes an assistant turn and no message header follows one")
-        for extra in self.tool_call_closes(close):
+        for extra in self.tool_call_closes(close, after_close):
             if extra not in stops:
                 stops.append(extra)
         if eos_token and eos_token not in stops:
             stops.append(eos_token)
         self.stop_tokens = tuple(stops)
-        return TurnFormat(close=close, after_close=after_close, stop_tokens=tuple(stops), content_lead=content_lead)
+        return TurnFormat(
+            close=close,
+            after_close=after_close,
+            stop_tokens=tuple(stops),
+            content_lead=content_lead,
+            content_parts=not self.writes_string_content(),
+        )
+
+    def writes_string_content(self) -> bool:
+        """Whether the template writes a plain answer given as a string (not only as content parts)."""
+        if self.renderer.CONTENT_FORMAT != "parts":
+            return True
+        return CONTENT in (self.render_form([USER, {"role": "assistant", "content": CONTENT}], False) or "")
 
     @contextlib.contextmanager
     def declaring_tools(self) -> Iterator[None]:
@@ -283,6 +298,15 @@ class Prober:
             return True  # the probes that follow say why they cannot learn from it
         return any(index >= 0 for _, index in output.message_spans())
 
+    def continues_generation_prompt(self, messages: list[dict]) -> bool:
+        """Whether the render of ``messages`` (ending with an assistant message) is the render of the
+        ones before with the generation prompt, then that message's content: a turn of its own, also
+        where the template marks no message's part (Reka-Edge builds its whole text in a variable and
+        writes it once)."""
+        prompt = self.render(messages[:-1], add_generation_prompt=True)
+        full = self.render(messages)
+        return bool(prompt and full and full.startswith(prompt) and messages[-1]["content"] in full[len(prompt) :])
+
     def own_text(self, messages: list[dict], index: int) -> str | None:
         """The text of message ``index``'s own part (None when the template marks none)."""
         try:
@@ -316,23 +340,54 @@ class Prober:
         end = text.rfind(needle, 0, start)
         return text[end + len(needle) : start] if end >= 0 else None
 
-    def next_headers(self) -> list[str]:
-        """The markers that open a user message or a tool result after an assistant turn."""
+    @staticmethod
+    def followed_turns() -> list[list[dict]]:
+        """An assistant turn and a message after it: a user message after a plain answer, a tool
+        result after a call (its content "" and None)."""
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
         result = {"role": "tool", "content": "tq8", "tool_call_id": FIRST_ID}
-        followers = [
+        return [
             [{"role": "assistant", "content": CONTENT}, {"role": "user", "content": "uq8"}],
             [{"role": "assistant", "content": "", "tool_calls": [call]}, result],
             [{"role": "assistant", "content": None, "tool_calls": [call]}, result],
         ]
+
+    def written_for_next(self, conversation: list[dict], start: int) -> str:
+        """What the template writes inside the assistant turn before the last message of
+        ``conversation`` because that message follows it, beyond what it writes when the turn is the
+        last message; ``start``: where the last message's own part starts in the render of
+        ``conversation``. "" when nothing is."""
+        try:
+            alone = self.renderer._render_output(conversation[:-1], None, False).text()
+            text = self.renderer._render_output(conversation, None, False).text()
+        except ValueError:
+            return ""
+        return text[len(alone) : start] if text.startswith(alone) and start > len(alone) else ""
+
+    def writes_next_header(self) -> bool:
+        """Whether an assistant turn followed by another message ends with text that depends on that
+        message's role (``<|user|>`` before a user message, ``<|observation|>`` before a tool result),
+        and which it does not write as the last message: the next message's header, written inside
+        the turn (a GLM-4-MoE training variant, for its loss mask). It is no close of the turn."""
+        written = set()
+        for messages in self.followed_turns():
+            found = self.last_message_start([USER, *messages])
+            if found is not None:
+                written.add(self.written_for_next([USER, *messages], found[1]).strip())
+        return len(written - {""}) > 1
+
+    def next_headers(self) -> list[str]:
+        """The markers that open a user message or a tool result after an assistant turn (with what
+        the turn writes for it: the next header when the turn writes it, see ``writes_next_header``)."""
         headers: list[str] = []
-        for messages in followers:
+        for messages in self.followed_turns():
             found = self.last_message_start([USER, *messages])
             needle = messages[-1]["content"]
             if found is None or needle not in found[0][found[1] :]:
                 continue
             text, start = found
-            header = self.steady_part(messages, text[start : text.index(needle, start)], needle)
+            header = self.written_for_next([USER, *messages], start) + text[start : text.index(needle, start)]
+            header = self.steady_part(messages, header, needle)
             marker = first_added_token(header, self.added_tokens)
             if marker is None:
                 # A header without a marker (Apertus opens tool results with a bare `[`) is a stop
@@ -352,20 +407,21 @@ class Prober:
         if found is None or needle not in found[0][found[1] :]:
             return header
         text, start = found
-        later = text[start : text.index(needle, start)]
+        later = self.written_for_next([USER, *messages, *messages], start) + text[start : text.index(needle, start)]
         return header if later == header else common_prefix(header, later)
 
-    def tool_call_closes(self, close: str) -> list[str]:
+    def tool_call_closes(self, close: str, after_close: str = "") -> list[str]:
         """Closes of tool-calling turns, when they differ (gpt-oss ends a call with <|call|>)."""
         if not close.strip():
             return []  # the next message's header ends every turn
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
-        completion = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
+        # (without what the template writes after every turn's close: command-r7b's next header)
+        completion = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": [call]}))
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
         calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
-        double = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        double = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": calls}))
         header = self.renderer.generation_prompt().strip()
         per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
         if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
@@ -373,6 +429,22 @@ class Prober:
             # model samples as its stop (a community Gemma-4 template's `<|tool_response>`)
             token = self.tool_reply_opener(call)
         return [token] if token else []
+
+    def without_after_every_close(self, close: str, completion: str | None) -> str | None:
+        if not completion:
+            return completion
+        return completion.rstrip()[: len(completion.rstrip()) - len(self.after_every_close(close, completion))]
+
+    def after_every_close(self, close: str, completion: str) -> str:
+        """The text that ends both ``completion`` (a tool-calling turn) and a plain answer after its
+        ``close`` (with what follows it in the turn): what the template writes after every turn, not
+        a close of its own (a template that writes the next turn's header unasked, command-r7b)."""
+        plain = (self.completion({"role": "assistant", "content": CONTENT}) or "").rstrip()
+        marker = close.strip()
+        after = plain[plain.rfind(marker) + len(marker) :] if marker and marker in plain else ""
+        # (its longest end the completion shares, starting at a marker: never part of a token)
+        starts = [at for at in range(len(after)) if any(after.startswith(token, at) for token in self.added_tokens)]
+        return next((after[at:] for at in starts if completion.rstrip().endswith(after[at:])), "")
 
     def tool_reply_opener(self, call: dict) -> str | None:
         """The first marker of the header the template writes before a tool result, after a call."""
@@ -419,7 +491,7 @@ class Prober:
             # off): the marker the reasoning itself follows in the turn's render opens it
             whole = self.render([USER, {"role": "assistant", "content": CONTENT, "reasoning_content": REASONING}]) or ""
             lead, space = split_trailing_space(whole[: whole.find(REASONING)] if REASONING in whole else "")
-            opener = last_added_token(lead, self.added_tokens)
+            opener = last_marker_word(lead, self.added_tokens)
             plain = self.render([USER, {"role": "assistant", "content": CONTENT}]) or ""
             header = last_added_token(plain[: plain.find(CONTENT)], self.added_tokens) if CONTENT in plain else None
             if opener is not None and opener not in (open_marker, header) and opener not in self.stop_tokens:
@@ -1247,6 +1319,17 @@ def word_like(text: str) -> str:
     """``text`` when it holds a letter or digit (``User:``, ``### Human``), else ""; bare punctuation
     (``[``) also starts ordinary text and cannot stop a generation."""
     return text if any(char.isalnum() for char in text) else ""
+
+
+def last_marker_word(text: str, added_tokens: frozenset[str]) -> str | None:
+    """The last added token in ``text`` with the word that follows it up to the text's end
+    (Gemma-4's ``<|channel>thought``), or None when whitespace follows it or there is none."""
+    stripped = text.rstrip()
+    found = max(((stripped.rfind(t), t) for t in added_tokens if t in stripped), key=lambda f: (f[0], len(f[1])), default=None)
+    if found is None:
+        return None
+    tail = stripped[found[0] :]
+    return None if any(character.isspace() for character in tail[len(found[1]) :]) else tail
 
 
 def last_marker(text: str, added_tokens: frozenset[str]) -> str:

@@ -94,11 +94,17 @@ def reasoned_turn(renderer, history, assistant, tools):
         turn_text = renderer.render_text(history + [assistant], tools=tools)
     except ValueError:
         return None
+    if prompt_text.rstrip().endswith(reasoning.close):
+        return None  # the prompt closes an empty block (thinking off): the model samples no reasoning
     block = reasoning.open + reasoning.after_open
-    opened = prompt_text.endswith(block)
+    opened = prompt_text.rstrip().endswith(reasoning.open)  # (and the white space after it, learned or not)
     # the turn's text starts where the prompt's header ends (before a prefilled open marker)
-    start = min(len(os.path.commonprefix([prompt_text, turn_text])), len(prompt_text) - (len(block) if opened else 0))
-    text = ("" if opened else block) + THOUGHT + reasoning.close + reasoning.after_close + turn_text[start:]
+    header_end = prompt_text.rstrip().rfind(reasoning.open) if opened else len(prompt_text)
+    start = min(len(os.path.commonprefix([prompt_text, turn_text])), header_end)
+    turn = turn_text[start:]
+    # the turn may write the block's close itself, after no reasoning (DeepSeek-V3.1's `</think>content`)
+    close = "" if turn.startswith(reasoning.close) else reasoning.close + reasoning.after_close
+    text = ("" if opened else block) + THOUGHT + close + turn
     ids = renderer.encoder.encode(text)
     stops = set(renderer.get_stop_token_ids())
     stop = next((k for k, token in enumerate(ids) if token in stops), None)

@@ -108,7 +108,7 @@ def round_trip(template: Path, module: Path) -> list[str]:
     reasoning or tool calls is not faulted for it); a turn the next message's header ends is read
     from the render with that message.
     """
-    from compiler.fact_proof import follower, sample_turns, tools_for
+    from compiler.fact_proof import as_written, follower, sample_turns, tools_for
     from compiler.pipeline import load_generated_file, prepare_source
     from compiler.source import resolve_source
 
@@ -123,11 +123,12 @@ def round_trip(template: Path, module: Path) -> list[str]:
     for label in ROUND_TRIP_LABELS:
         turn, next_message = turns[label], follower(turns[label])
         try:
-            prompt = renderer.render_text(history, tools=tools, add_generation_prompt=True)
+            prompt = renderer.render_text(as_written(renderer, history), tools=tools, add_generation_prompt=True)
             if renderer.TURN.close:
-                full = renderer.render_text(history + [turn], tools=tools)
+                full = renderer.render_text(as_written(renderer, history + [turn]), tools=tools)
             else:
-                full = renderer.render_text(history + [turn, next_message], tools=tools, add_generation_prompt=True)
+                messages = as_written(renderer, history + [turn, next_message])
+                full = renderer.render_text(messages, tools=tools, add_generation_prompt=True)
         except ValueError:
             continue
         if not full.startswith(prompt):
@@ -166,6 +167,9 @@ def round_trip(template: Path, module: Path) -> list[str]:
 def bridge_problems(renderer, history: list[dict], turn: dict, follower: dict, tools, completion: str) -> list[str]:
     """The bridge after the sampled ``completion`` with ``follower``, against the full render: wrong
     tokens, or None where the full render extends prompt + completion (a miss)."""
+    from compiler.fact_proof import as_written
+
+    history, turn, follower = as_written(renderer, history), *as_written(renderer, [turn, follower])
     try:
         prompt = renderer.render_ids(history, tools=tools, add_generation_prompt=True)
         expected = renderer.render_ids(history + [turn, follower], tools=tools, add_generation_prompt=True)

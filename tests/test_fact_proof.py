@@ -278,3 +278,173 @@ def test_tool_turns_closed_by_role_end_then_an_observation(tmp_path):
     assert compiled.turn.turn.stop_tokens == ("<|role_end|>",) and not compiled.turn.unlearned
     assert report.facts.checked > 0 and not report.facts.failed, report.summary()
     assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0 and report.bridge["wrong"] == 0, report.summary()
+
+
+def assert_proven(report, compiled, *, bridged: bool = False, bridge: bool = True) -> None:
+    """Every fact learned and proven; the bridge never wrong (``bridged``: and exact somewhere, no miss)."""
+    assert not compiled.turn.unlearned, compiled.turn.unlearned
+    assert report.facts.checked > 0 and not report.facts.failed, report.summary()
+    if bridge:
+        assert report.bridge["wrong"] == 0, report.bridge_examples
+    if bridged:
+        assert report.bridge["exact"] > 0 and report.bridge["miss"] == 0, report.summary()
+
+
+# --- a template that writes content only from OpenAI content parts ---------------------------
+
+#: Idefics style: every message's content is read as a list of parts; a string's is not written.
+PARTS_ONLY = (
+    "{% for m in messages %}{{ m.role.capitalize() }}:{% for part in m.content %}"
+    "{% if part.type == 'text' %} {{ part.text }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def parts(text: str) -> list[dict]:
+    return [{"type": "text", "text": text}]
+
+
+def test_the_bridge_rebuilds_a_parts_only_turn_as_content_parts(tmp_path):
+    """The parsed answer goes back to the template as one text part: as a string it would write
+    nothing of it, and the bridge could only return None."""
+    renderer_class, compiled = compile_file(tmp_path, "parts_only", PARTS_ONLY)
+    assert renderer_class.CONTENT_FORMAT == "parts" and renderer_class.TURN.content_parts
+    assert not renderer_class.UNLEARNED, renderer_class.UNLEARNED
+    for retention in ("template", "verbatim"):
+        renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, thinking_retention=retention)
+        history = [{"role": "user", "content": parts("What is up?")}]
+        turn, new = {"role": "assistant", "content": parts("Fine, thanks.")}, [{"role": "user", "content": parts("ok")}]
+        prompt = renderer.render_ids(history, add_generation_prompt=True)
+        full = renderer.render_ids(history + [turn] + new, add_generation_prompt=True)
+        stop = renderer.get_stop_token_ids()[0]
+        completion = full[len(prompt) : full.index(stop, len(prompt)) + 1]
+        assert renderer.parse_response(completion).content == "Fine, thanks."
+        bridged = renderer.bridge_to_next_turn(prompt, completion, new, messages=history)
+        assert bridged is not None and list(bridged.token_ids) == full, retention
+        recalled = renderer.bridge_to_next_turn(prompt, completion, new)
+        assert recalled is not None and list(recalled.token_ids) == full, retention
+
+
+def test_a_template_that_also_writes_string_content_keeps_strings(tmp_path):
+    """Qwen2-VL style (a string, or a loop over parts): the parse is given back as a string."""
+    either = PARTS_ONLY.replace(
+        "{% for part in m.content %}", "{% if m.content is string %} {{ m.content }}{% else %}{% for part in m.content %}"
+    ).replace("{% endfor %}<end_of_utterance>", "{% endfor %}{% endif %}<end_of_utterance>")
+    renderer_class, _ = compile_file(tmp_path, "parts_or_string", either)
+    assert renderer_class.CONTENT_FORMAT == "parts" and not renderer_class.TURN.content_parts
+
+
+# --- a turn that writes the next message's header ---------------------------------------------
+
+#: GLM-4-MoE training-variant style: the header of the message after an assistant turn
+#: (`<|user|>` or `<|observation|>`) is written inside the turn, not by that message; the text is
+#: the one of a template whose next header ends the turn.
+NEXT_HEADER_IN_TURN = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}{{ '<|user|>' if loop.first or messages[loop.index0 - 1].role != 'assistant' }}"
+    "\n{{ m.content }}"
+    "{%- elif m.role == 'assistant' -%}<|assistant|>\n{{ m.content }}{% for c in m.tool_calls or [] %}"
+    "<tool_call>{{ c.function.name }}{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{%- if not loop.last %}{{ '<|user|>' if messages[loop.index0 + 1].role == 'user' else '<|observation|>' }}"
+    "{%- endif -%}"
+    "{%- elif m.role == 'tool' -%}{{ '<|observation|>' if messages[loop.index0 - 1].role != 'assistant' }}"
+    "\n{{ m.content }}"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<|assistant|>{% endif -%}"
+)
+
+
+def test_a_next_header_written_inside_the_turn_is_a_stop_not_a_close(tmp_path):
+    """What the turn writes only when a message follows, and otherwise for a tool result than for a
+    user message, is that message's header: nothing closes the turn, the headers are its stops."""
+    report, compiled = generate_file(tmp_path, "next_header_in_turn", NEXT_HEADER_IN_TURN, cases=30)
+    assert compiled.turn.turn.close == "" and compiled.turn.turn.stop_tokens == ("<|user|>", "<|observation|>")
+    assert_proven(report, compiled, bridged=True)
+
+
+#: Cohere2 style: the answer's close marker, then the turn's own end marker, both in the turn.
+CLOSE_THEN_TURN_END = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}<|START_TURN|><|USER|>{{ m.content }}<|END_TURN|>"
+    "{%- elif m.role == 'assistant' -%}<|START_TURN|><|BOT|><|START_TEXT|>{{ m.content }}<|END_TEXT|><|END_TURN|>"
+    "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt %}<|START_TURN|><|BOT|>{% endif -%}"
+)
+
+
+def test_a_stop_followed_by_what_the_template_writes_after_the_close(tmp_path):
+    """The stop at the close is proven: what follows it in the turn is the learned after_close,
+    which the bridge writes itself."""
+    report, compiled = generate_file(tmp_path, "close_then_turn_end", CLOSE_THEN_TURN_END, cases=20)
+    assert (compiled.turn.turn.close, compiled.turn.turn.after_close) == ("<|END_TEXT|>", "<|END_TURN|>")
+    assert_proven(report, compiled, bridged=True)
+
+
+#: llama.cpp's QwQ style: the template cuts reasoning out of history turns; with thinking off the
+#: generation prompt opens and closes an empty block, so the model samples no reasoning.
+CUT_REASONING_PROMPT_CLOSES_IT = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|im_start|>user\n{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'assistant' %}{% set content = m.content.split('</think>')[-1].lstrip('\\n') %}"
+    "<|im_start|>assistant\n{{ content }}{% for c in m.tool_calls or [] %}<tool_call>\n{{ c.function | tojson }}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+    "</tool_response><|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% if not enable_thinking %}</think>{% endif %}{% endif %}"
+)
+
+
+def test_a_prompt_that_closes_the_reasoning_block_samples_none(tmp_path):
+    """With thinking off no reasoning block is sampled: the proof does not make one up (it read a
+    call back cut inside its start marker, the prompt's `<t` taken for the turn's)."""
+    report, compiled = generate_file(tmp_path, "cut_reasoning_closed", CUT_REASONING_PROMPT_CLOSES_IT, cases=20)
+    assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
+    assert_proven(report, compiled)
+
+
+#: DeepSeek-V3.1 style: a turn in history is written `</think>` + content (the reasoning cut out of
+#: it); with thinking on the generation prompt opens `<think>`, so the model samples reasoning and
+#: then the turn, whose own `</think>` closes the block.
+TURN_WRITES_THE_CLOSE = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|User|>{{ m.content }}"
+    "{% elif m.role == 'assistant' %}{% set c = m.content %}{% if '</think>' in c %}{% set c = c.split('</think>', 1)[1] %}"
+    "{% endif %}<|Assistant|></think>{{ c }}<|eos|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|>{% if thinking %}<think>{% else %}</think>{% endif %}{% endif %}"
+)
+
+
+def test_a_reasoned_sample_whose_turn_writes_the_close_itself(tmp_path):
+    report, compiled = generate_file(tmp_path, "turn_writes_close", TURN_WRITES_THE_CLOSE, cases=20)
+    assert compiled.turn.reasoning is not None and compiled.turn.reasoning.in_content
+    assert_proven(report, compiled)
+
+
+#: CohereForAI command-r7b style: the template writes the next model turn's header after every
+#: conversation (no generation flag), and a call turn ends `<|END_ACTION|><|EOT|>` where an answer
+#: ends `<|END_RESPONSE|><|EOT|>`: the call turn's stop is its end token, not the header's.
+HEADER_AFTER_EVERY_TURN = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|SOT|><|USER|>{{ m.content }}<|EOT|>"
+    "{% elif m.role == 'assistant' %}<|SOT|><|BOT|>{% if m.tool_calls %}<|START_ACTION|>["
+    "{% for c in m.tool_calls %}{{ c.function | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}]"
+    "<|END_ACTION|><|EOT|>{% else %}<|START_RESPONSE|>{{ m.content }}<|END_RESPONSE|><|EOT|>{% endif %}"
+    "{% elif m.role == 'tool' %}<|SOT|><|SYSTEM|>{{ m.content }}<|EOT|>{% endif %}{% endfor %}<|SOT|><|BOT|>"
+)
+
+
+def test_a_call_turns_close_is_not_the_header_written_after_every_turn(tmp_path):
+    report, compiled = generate_file(tmp_path, "header_after_every_turn", HEADER_AFTER_EVERY_TURN, cases=20)
+    assert compiled.turn.turn.stop_tokens[:2] == ("<|END_RESPONSE|>", "<|EOT|>"), compiled.turn.turn  # (not <|BOT|>)
+    assert_proven(report, compiled, bridge=False)
+
+
+#: DeepSeek-V3.2 style: reasoning is written only with thinking on; with the base knobs (thinking
+#: off) the prompt closes an empty block and no turn shows reasoning.
+REASONING_ONLY_WITH_THINKING = (
+    "{%- for m in messages %}{% if m.role == 'user' %}<|User|>{{ m.content }}"
+    "{% elif m.role == 'assistant' %}<|Assistant|>{% if thinking and loop.last %}<think>{{ m.reasoning_content or '' }}"
+    "</think>{% else %}</think>{% endif %}{{ m.content }}<|eos|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|>{% if thinking %}<think>{% else %}<think></think>{% endif %}{% endif %}"
+)
+
+
+def test_reasoning_written_only_under_a_knob_is_learned_there(tmp_path):
+    report, compiled = generate_file(tmp_path, "reasoning_with_thinking", REASONING_ONLY_WITH_THINKING, cases=20)
+    reasoning = compiled.turn.reasoning
+    assert reasoning is not None and (reasoning.open, reasoning.close) == ("<think>", "</think>"), reasoning
+    assert_proven(report, compiled)

@@ -229,3 +229,43 @@ def test_content_after_a_closed_list_of_calls():
         ("a", {"x": 1}, "abc123xyz"),
         ("b", {}, "def456uvw"),
     ]
+
+
+def test_a_reasoning_close_inside_a_call_is_no_reasoning():
+    """Reka-Edge's shape (a held-out template): the template cuts reasoning out of the content up to
+    ``</think>`` (``in_content``), then writes the calls; a ``</think>`` in a call's string value,
+    with no reasoning before it, is the call's, not the end of a block the model skipped opening."""
+    from rllm_renderers.turns.formats import ReasoningFormat, ToolCallFormat
+    from rllm_renderers.turns.parsing import parse_text
+
+    reasoning = ReasoningFormat(open="<think>", close="</think>", after_close="\n\n", in_content=True)
+    syntax = ToolCallFormat(style="json", call_start='<tool_call>\n{"name": "', name_end='", "arguments": ', call_end="}\n</tool_call>")
+    text = ' <tool_call>\n{"name": "f", "arguments": {"city": "a </think> b"}}\n</tool_call>'
+    parsed = parse_text(text, reasoning=reasoning, tool_calls=syntax, reasoning_prefilled=False)
+    assert parsed.reasoning is None and parsed.content.strip() == ""
+    assert [(call.name, call.arguments) for call in parsed.calls] == [("f", {"city": "a </think> b"})]
+    skipped_open = parse_text("Two and two.</think>\n\nIt is 4.", reasoning=reasoning, tool_calls=syntax, reasoning_prefilled=False)
+    assert (skipped_open.reasoning, skipped_open.content) == ("Two and two.", "It is 4.")
+
+
+def test_a_block_end_cut_at_the_turns_stop_is_not_content():
+    """llama.cpp's DeepSeek-R1-Distill shape (a held-out template): the block of calls ends with
+    ``<｜tool▁calls▁end｜><｜end▁of▁sentence｜>``, and the model's turn stops at the sentence end: what is left
+    of the block end is not content written after the calls."""
+    from rllm_renderers.turns.formats import ToolCallFormat
+    from rllm_renderers.turns.parsing import parse_text
+
+    syntax = ToolCallFormat(
+        style="json",
+        call_start="<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+        name_end="\n```json\n",
+        call_end="\n```<｜tool▁call▁end｜>",
+        block_start="<｜tool▁calls▁begin｜>",
+        content_last=True,
+        block_end="<｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜Assistant｜>",
+    )
+    call = '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"x": 1}\n```<｜tool▁call▁end｜>'
+    parsed = parse_text(call + "<｜tool▁calls▁end｜>", reasoning=None, tool_calls=syntax, reasoning_prefilled=False)
+    assert parsed.content == "" and [(c.name, c.arguments) for c in parsed.calls] == [("f", {"x": 1})]
+    whole = parse_text(call + syntax.block_end + "Done.", reasoning=None, tool_calls=syntax, reasoning_prefilled=False)
+    assert whole.content == "Done."

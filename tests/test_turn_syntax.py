@@ -874,3 +874,43 @@ def test_a_template_that_reads_content_parts_only_is_probed_with_parts(tmp_path)
     answer = {"role": "assistant", "content": [{"type": "text", "text": "Fine."}]}
     prompt, completion = sampled(renderer, [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], answer)
     assert renderer.parse_response(completion, prompt_ids=prompt).content.strip() == "Fine."
+
+
+# Reka-Edge style: the whole text is built in a variable and written once, so no message has a
+# part of its own; the assistant message still continues the generation prompt, as a turn.
+BUILT_IN_A_VARIABLE = (
+    "{% set ns = namespace(out='') %}{% for m in messages %}"
+    "{% if m.role == 'user' %}{% set ns.out = ns.out ~ 'human: ' ~ m.content ~ '<sep>' %}"
+    "{% elif m.role == 'assistant' %}{% set ns.out = ns.out ~ 'assistant: ' ~ m.content ~ '\\n\\n<sep>' %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{% set ns.out = ns.out ~ 'assistant:' %}{% endif %}{{ ns.out }}"
+)
+
+
+def test_a_text_built_in_a_variable_still_learns_its_turn(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "built_in_a_variable", BUILT_IN_A_VARIABLE)
+    assert not renderer_class.UNLEARNED, renderer_class.UNLEARNED
+    assert renderer_class.TURN.close == "\n\n<sep>" and renderer_class.TURN.stop_tokens[0] == "<sep>"
+    renderer = renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
+    history, new = [{"role": "user", "content": "Hi"}], [{"role": "user", "content": "ok"}]
+    prompt = renderer.render_ids(history, add_generation_prompt=True)
+    full = renderer.render_ids(history + [{"role": "assistant", "content": "Fine."}] + new, add_generation_prompt=True)
+    completion = full[len(prompt) : full.index(renderer.get_stop_token_ids()[0], len(prompt)) + 1]
+    assert renderer.parse_response(completion).content == "Fine."
+    bridged = renderer.bridge_to_next_turn(prompt, completion, new)
+    assert bridged is not None and list(bridged.token_ids) == full
+
+
+# Gemma-4 community style: with thinking off the generation prompt closes an empty thought channel
+# (`<|channel>thought\n<channel|>`); a reasoned turn opens the channel with a marker and a word.
+CLOSED_EMPTY_THOUGHT_CHANNEL = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|turn>user\n{{ m.content }}<turn|>\n"
+    "{% elif m.role == 'assistant' %}<|turn>model\n{% if m.reasoning_content %}"
+    "<|channel>thought\n{{ m.reasoning_content }}\n<channel|>{% endif %}{{ m.content }}<turn|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}{% endif %}"
+)
+
+
+def test_a_prompt_closing_an_empty_channel_learns_the_channel_open_with_its_word(tmp_path):
+    renderer_class, _ = compile_inline(tmp_path, "closed_empty_channel", CLOSED_EMPTY_THOUGHT_CHANNEL)
+    assert (renderer_class.REASONING.open, renderer_class.REASONING.after_open) == ("<|channel>thought", "\n")
+    assert renderer_class.REASONING.close == "<channel|>" and not renderer_class.UNLEARNED, renderer_class.UNLEARNED

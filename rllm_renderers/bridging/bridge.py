@@ -60,7 +60,7 @@ from ..turns.parsing import as_token_ids, decoded_prefix_lengths, token_index_at
 from .memory import PROMPT_TAIL_TOKENS, History, PromptText, Recalled, text_from
 from .recovery import Unrecoverable, explain_once, recover_conversation
 from ..encoding.offsets import inside_ranges, span_values
-from ..turns.messages import RENDERABLE_CALLS, message_from_parse
+from ..turns.messages import RENDERABLE_CALLS, content_text, message_from_parse
 from .contract import BridgeableRenderer
 from ..turns.boundaries import cut_at_stop, tool_names
 from ..types import BridgedTokens, Message, RenderedTokens, ToolSpec
@@ -146,7 +146,7 @@ def sampled_turn_as_message(
     parsed = renderer._parse_turn(completion_ids, tools, for_template=True).parsed
     if parsed is None or any(call.status not in RENDERABLE_CALLS for call in parsed.calls):
         return None
-    return message_from_parse(parsed), parsed.reasoning_complete is False
+    return message_from_parse(parsed, renderer.TURN.content_parts), parsed.reasoning_complete is False
 
 
 CALL_ID_KEYS = frozenset({"id", "tool_call_id"})
@@ -599,7 +599,7 @@ def renders_its_content(
     parser read as content) means the parse missed structure, and the history would be a guess.
     """
     turn = extended.messages[len(history.messages)]
-    content = turn.get("content") if isinstance(turn, dict) or hasattr(turn, "get") else None
+    content = content_text(turn.get("content")) if isinstance(turn, dict) or hasattr(turn, "get") else None
     reasoning = renderer.REASONING
     if isinstance(content, str) and reasoning is not None and reasoning.in_content:
         content = content.split(reasoning.close)[-1].strip()  # the template cuts the block out itself

@@ -365,7 +365,7 @@ def turn_message(renderer: BridgeableRenderer, text: str, stop: str, opening: st
     )
     if any(call.status not in RENDERABLE_CALLS for call in parsed.calls) or parsed.reasoning_complete is False:
         return None
-    return message_from_parse(parsed)
+    return message_from_parse(parsed, renderer.TURN.content_parts)
 
 
 def fill(message: Message, values: dict[int, str]) -> Message:
@@ -457,4 +457,9 @@ def recover_conversation(renderer: BridgeableRenderer, prompt_text: str, tools: 
         for index, message in enumerate(messages)
         if message.get("content") == "" and message.get("role") in ROLES_READ_AS_NEEDLES
     }
-    return Recovery(messages, [*readings[1:], *hidden_variants(messages, hidden)])
+    variants = [*readings[1:], *hidden_variants(messages, hidden)]
+    if messages[0].get("role") != "system" and "system" in (renderer.ROLES or ("system",)):
+        # an empty system message the template writes as nothing still counts in its indices
+        # (Bielik looks up messages[loop.index0 - 1] in a loop over messages[1:])
+        variants.append([{"role": "system", "content": ""}, *messages])
+    return Recovery(messages, variants)

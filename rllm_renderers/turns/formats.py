@@ -67,6 +67,10 @@ class TurnFormat:
     #: the same when the request declares tools, where the template writes another one then
     #: (Hunyuan-A13B asks for answers that start with ``助手：`` in its tool-use prompt)
     content_lead_with_tools: str | None = None
+    #: the template writes an assistant message's content only when it is a list of OpenAI content
+    #: parts (Idefics: ``{% for line in message['content'] %}``), none of a string's: a message
+    #: rebuilt from a parsed turn gives its text as one text part
+    content_parts: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def parse_text(
             # a turn that opens with the bare close has empty reasoning (MiniMax-M3's `</mm:think>answer`)
             reasoning_text = ""
             position = _skip(text, len(reasoning.close), reasoning.after_close)
-        elif not in_reasoning and reasoning.in_content and reasoning.close in text:
-            # the template reads all before the close as the block, also where the model skipped the open
+        elif not in_reasoning and reasoning.in_content and reasoning.close in text[: calls_start(text, tool_calls)]:
+            # the template reads all before the close as the block, also where the model skipped the
+            # open; it cuts it from the content only, not from the calls written after it
             in_reasoning = True
         if in_reasoning:
             close_at = text.find(reasoning.close, position)
@@ -114,8 +115,19 @@ def parse_text(
     if calls:
         content = _strip_suffix(_strip_suffix(content, tool_calls.block_start), tool_calls.content_separator)
         if tool_calls.content_last:  # the template writes the content after the calls (Gemma-4)
-            content += _strip_prefix(text[calls[-1].end :], tool_calls.block_end)
+            after = text[calls[-1].end :]
+            if not (after.strip() and tool_calls.block_end.startswith(after)):  # (else a block end cut at its stop)
+                content += _strip_prefix(after, tool_calls.block_end)
     return TextParse(content, reasoning_text, reasoning_complete, calls)
+
+
+def calls_start(text: str, tool_calls: ToolCallFormat | None) -> int:
+    """Where the first call's start marker is in ``text`` (its length when there is none, or when the
+    template writes the content after the calls)."""
+    if tool_calls is None or not tool_calls.call_start or tool_calls.content_last:
+        return len(text)
+    found = text.find(tool_calls.call_start)
+    return len(text) if found < 0 else found
 
 
 def starts_in_call(tool_calls: ToolCallFormat | None, content_lead: str) -> bool:
