@@ -23,6 +23,7 @@ from collections import Counter
 
 from rllm_renderers.bridging.memory import PromptHistories
 
+from .fact_proof import as_written
 from .oracle import OracleRejected
 from .probes import as_text_parts
 from .turn_sampling import reasoned_turn, sampled_turn, template_suffix, turn_points
@@ -295,7 +296,7 @@ def bridge_counts(renderer_class: type, tokenizer, oracle, special_tokens: dict,
     if renderer_class.TURN is None:
         return counts, examples
     if renderer_class.TURN.content_parts:  # conversations whose content the template writes
-        cases = [dataclasses.replace(case, messages=[as_text_parts(m) for m in case.messages]) for case in cases]
+        cases = [dataclasses.replace(case, messages=as_written(renderer_class, case.messages)) for case in cases]
     for retention in RETENTIONS:
         proof = BridgeProof(renderer_class, tokenizer, oracle, retention, special_tokens)
         counts += proof.run_cases(cases)

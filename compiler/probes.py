@@ -416,12 +416,14 @@ class Prober:
             return []  # the next message's header ends every turn
         call = tool_call(FIRST_TOOL, {KEY_A: VALUE_A}, FIRST_ID)
         # (without what the template writes after every turn's close: command-r7b's next header)
-        completion = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": [call]}))
+        single = self.completion({"role": "assistant", "content": None, "tool_calls": [call]})
+        completion = self.without_after_every_close(close + after_close, single)
         if not completion or completion.rstrip().endswith(close.strip()):
             return []
         token = last_added_token(completion, self.added_tokens)
         calls = [call, tool_call(SECOND_TOOL, {KEY_A: VALUE_B}, SECOND_ID)]
-        double = self.without_after_every_close(close + after_close, self.completion({"role": "assistant", "content": None, "tool_calls": calls}))
+        double = self.completion({"role": "assistant", "content": None, "tool_calls": calls})
+        double = self.without_after_every_close(close + after_close, double)
         header = self.renderer.generation_prompt().strip()
         per_call_turns = bool(header) and double is not None and header in double  # (harmony: a turn per call)
         if token and double and token in double.rstrip()[: -len(token)] and not per_call_turns:
@@ -431,6 +433,8 @@ class Prober:
         return [token] if token else []
 
     def without_after_every_close(self, close: str, completion: str | None) -> str | None:
+        """``completion`` (right-stripped) without what the template writes after every turn's close
+        (:meth:`after_every_close`)."""
         if not completion:
             return completion
         return completion.rstrip()[: len(completion.rstrip()) - len(self.after_every_close(close, completion))]

@@ -525,17 +525,18 @@ def _remembered(marker, facts: dict) -> tuple[Proof | None, str] | None:
     return proof, proof.note()
 
 
-def _prove(tokenizer_json: str, marker, facts: dict, *, inline: bool = True) -> tuple[Proof | None, str] | None:
+def _prove(
+    tokenizer_json: str, marker, facts: dict, *, inline: bool = True
+) -> tuple[Proof | None, str] | background_proof.Pending:
     """The verdict remembered for exactly this content, else proved here (``inline``) or, when
-    it is not, the proof started in a background process: None, and why, in ``_PENDING``."""
+    it is not, the proof started in a background process (what to say meanwhile)."""
     remembered = _remembered(marker, facts)
     if remembered is not None:  # decided before for exactly this content
         return remembered
     if not inline and marker is not None and len(tokenizer_json) >= background_proof.INLINE_BELOW_CHARACTERS:
         pending = background_proof.start(tokenizer_json, marker, facts)
         if pending is not None:
-            _PENDING[facts["content"]] = pending
-            return None
+            return pending
     return prove_and_remember(tokenizer_json, marker, facts)
 
 
@@ -599,8 +600,6 @@ def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | No
 # Built once per process, not per renderer or tokenizer object.  Bounded: a process rarely holds
 # more tokenizers than this.  Plan: (encoder or None, note or why not, whether the proof itself was refused).
 _PROOFS: OrderedDict[str, tuple[Proof | None, str]] = OrderedDict()
-#: Per content whose proof runs in a background process: the reason shown meanwhile.
-_PENDING: dict[str, str] = {}
 _PLANS: OrderedDict[tuple[str, str], tuple[SpanBpe | None, str, bool]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 _PLANS_SIZE = 8
@@ -683,8 +682,8 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bo
             if proved is None:
                 facts = _live_facts(content, (nfc, tuple(stages), pattern))
                 proved = _prove(tokenizer_json, _proof_marker(content), facts, inline=inline)
-                if proved is None:  # proving in the background: HF for now, asked again next time
-                    return None, _PENDING[content]
+                if isinstance(proved, background_proof.Pending):  # HF for now, asked again next time
+                    return None, proved
                 _keep(_PROOFS, content, proved)
             proof, reason = proved
             plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)
