@@ -178,7 +178,7 @@ def describe_change(name: str, before: Any, after: Any) -> tuple[str, list[str]]
         flags += [f"knob removed: {knob} (a caller passing it now gets ValueError)" for knob in removed]
         return f"knobs {list(before)} -> {list(after)}", flags
     if name == "TOOL_ARGUMENTS":
-        return f"tool-call arguments: the template consumes {before} -> {after}", [
+        return f"the template consumes {before} -> {after}", [
             f"tool-argument form changed ({before} -> {after}): renders of tool calls change"
         ]
     if name == "PREFIX_STABLE":
