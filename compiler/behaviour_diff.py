@@ -100,7 +100,7 @@ def load_side(argument: str, *, model: str | None, corpus: Path | None, tokenize
         raise CompileError(f"{argument}: not a template or generated file")
     else:
         source = resolve_source(argument, tokenizer=tokenizer, corpus=corpus, allow_hub=False)
-    with fewer_stability_cases():
+    with fewer_stability_cases(), shared_tokenizers():
         compiled = compile_source(source)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     return Side(argument, renderer_class, compiled)
@@ -108,7 +108,7 @@ def load_side(argument: str, *, model: str | None, corpus: Path | None, tokenize
 
 #: Conversations the prefix-stability measure draws while ``diff`` compiles (``generate`` draws
 #: :data:`compiler.pipeline.STABILITY_CASES`; the drawing is most of a compile's time). Where the
-#: two sides then disagree, both are measured again with the full count (:func:`prefix_stable`).
+#: two sides then disagree, the stable one is measured again with the full count (:func:`prefix_stable`).
 DIFF_STABILITY_CASES = 30
 
 
@@ -122,9 +122,34 @@ def fewer_stability_cases():
         pipeline.STABILITY_CASES = original
 
 
+#: Tokenizers loaded for a side, by folder: two revisions of one model share their tokenizer, and
+#: loading it is most of a compile's time after the stability draws.
+_TOKENIZERS: dict[str, Any] = {}
+
+
+@contextmanager
+def shared_tokenizers():
+    load = pipeline.load_tokenizer_for
+
+    def load_once(source):
+        if source.tokenizer_dir is None:
+            return None
+        key = str(Path(source.tokenizer_dir).resolve())
+        if key not in _TOKENIZERS:
+            _TOKENIZERS[key] = load(source)
+        return _TOKENIZERS[key]
+
+    pipeline.load_tokenizer_for = load_once
+    try:
+        yield
+    finally:
+        pipeline.load_tokenizer_for = load
+
+
 def prefix_stable(side: Side) -> bool:
     """The side's prefix stability measured as ``generate`` measures it (its class constant for a
-    generated file, which ``generate`` wrote)."""
+    generated file, which ``generate`` wrote). Asked of the side that the fewer draws found stable:
+    the other side's counterexample is a proof already."""
     if side.prepared is None:
         return side.renderer_class.PREFIX_STABLE
     prepared = side.prepared
@@ -215,12 +240,17 @@ def tested_knob_values(ast: Any, knobs: tuple[str, ...]) -> dict[str, tuple]:
     from jinja2 import nodes
 
     compared = knob_candidates(ast, knobs)
-    values: dict[str, list] = {knob: [value for value in compared[knob] if value not in KNOB_GUESSES] for knob in knobs}
+    values: dict[str, list] = {knob: [value for value in compared[knob] if not guessed(value)] for knob in knobs}
     for test in [node.test for node in ast.find_all((nodes.If, nodes.CondExpr))]:
         for name in truth_tested(test):
             if name in values:
                 values[name] += [flag for flag in (True, False) if flag not in values[name]]
     return {knob: tuple(found) for knob, found in values.items()}
+
+
+def guessed(value: Any) -> bool:
+    """Whether ``value`` is one of :data:`compiler.analysis.KNOB_GUESSES` (of its type: 1 is no True)."""
+    return any(type(value) is type(guess) and value == guess for guess in KNOB_GUESSES)
 
 
 def truth_tested(test: Any) -> list[str]:
@@ -729,18 +759,19 @@ def _compare(old: Side, new: Side, cases: int, seed_value: int) -> BehaviourDiff
     real = new.real_tokenizer if new.real_tokenizer is not None else old.real_tokenizer
     renderers = Renderers(old, new, real)
     facts = fact_changes(old.renderer_class, new.renderer_class)
-    if any(change.name == "PREFIX_STABLE" for change in facts) and prefix_stable(old) == prefix_stable(new):
+    if any(change.name == "PREFIX_STABLE" for change in facts) and not prefix_stable(old if old.renderer_class.PREFIX_STABLE else new):
         facts = [change for change in facts if change.name != "PREFIX_STABLE"]  # (fewer draws told them apart)
     changed, same = render_changes(renderers, named_cases(features))
     fuzzed = fuzz(renderers, features, cases, seed_value, changed)
     backs = read_backs(old, new, features)
 
     chat = Case([copy.deepcopy(QUESTION)], knobs=dict(features.base_knobs))
-    summary = [rule for rule in [clock_rule(reads_clock(renderers, old, chat), reads_clock(renderers, new, chat))] if rule]
+    clock = clock_rule(reads_clock(renderers, old, chat), reads_clock(renderers, new, chat), f"{FROZEN_DATE:%d %b %Y}")
+    summary = [clock] if clock else []
     summary += generation_prompts(renderers, features)
     summary += holds_reasoning_open(renderers, features)
     probes = [change.case for change in changed] + ([fuzzed.smallest.case] if fuzzed.smallest is not None else [])
-    clocked = bool(summary) and summary[0].text.startswith("renders ")
+    clocked = clock is not None
     parts = []
     for case in probes:
         sides = [renderers.parts(old, case), renderers.parts(new, case)]

@@ -2,7 +2,7 @@
 
 One line per change, worded from what the two renderers do rather than from the template source:
 a changed learned fact ("turn format: close '<|return|>' -> '<|end|>'"), the generation prompt
-("the generation prompt now ends with `</think>`"), the clock ("renders now hold today's date"),
+("the generation prompt now ends with `</think>`"), the clock ("the date now defaults to today"),
 and, per kind of message, how the text written for it changed ("tool results: `<tool_response>` ->
 `<result>`"). Nothing here compiles or renders: :mod:`compiler.behaviour_diff` hands the texts in.
 """
@@ -116,11 +116,16 @@ def generation_prompt_rule(old: str | None, new: str | None, setting: str = "") 
     return Rule(f"the generation prompt{where} {words}", True)
 
 
-def clock_rule(old_reads_clock: bool, new_reads_clock: bool) -> Rule | None:
+def clock_rule(old_reads_clock: bool, new_reads_clock: bool, shown: str) -> Rule | None:
+    """``shown``: the date the renders of the report were made on."""
     if new_reads_clock and not old_reads_clock:
-        return Rule("renders now hold today's date (strftime_now): the same conversation renders differently each day", True)
+        return Rule(
+            "the date now defaults to today (strftime_now): the same conversation renders differently each day "
+            f"(the renders below are made on {shown})",
+            True,
+        )
     if old_reads_clock and not new_reads_clock:
-        return Rule("renders no longer hold today's date (strftime_now)", True)
+        return Rule(f"the date no longer defaults to today (strftime_now; the renders below are made on {shown})", True)
     return None
 
 

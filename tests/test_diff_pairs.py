@@ -78,7 +78,7 @@ PAIRS = {
     "llama-3.1-to-3.2": (
         "meta-llama__Llama-3.1-8B-Instruct.jinja",
         "meta-llama__Llama-3.2-3B-Instruct.jinja",
-        [r"^! renders now hold today's date", r"stop tokens removed: '<\|eom_id\|>'", r"knob removed: builtin_tools"],
+        [r"^! the date now defaults to today \(strftime_now\)", r"stop tokens removed: '<\|eom_id\|>'", r"knob removed: builtin_tools"],
     ),
     "deepseek-v3-to-v3.1": (
         "deepseek-ai__DeepSeek-V3.jinja",
@@ -194,3 +194,29 @@ def test_python_m_compiler_diff_refuses_a_missing_file_before_importing_the_comp
     result = fresh_python(code)
     assert result.returncode == 0, result.stderr
     assert "error: nowhere/missing.jinja: no such file" in result.stderr
+
+
+# --- the rules' wording, without compiling --------------------------------------------------
+
+
+def test_rules_say_the_change_in_the_templates_terms():
+    from compiler.analysis import parse_template
+    from compiler.behaviour_diff import tested_knob_values
+    from compiler.diff_rules import default_system_rule, generation_prompt_rule, part_rules
+
+    rule = generation_prompt_rule("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n", "enable_thinking=True")
+    assert rule.flagged and rule.text == (
+        "the generation prompt with enable_thinking=True now ends with `<think>\\n` (was `<|im_start|>assistant\\n`)"
+    )
+    assert generation_prompt_rule("<a>", "<a>", "") is None and generation_prompt_rule(None, "<a>") is None
+    assert default_system_rule("<s>Be kind.</s>", "").text.startswith("the default system prompt")
+    user, tool = {"role": "user", "content": "Hi"}, {"role": "tool", "content": "sunny"}
+    close_changed = [([user, tool], {0: "u: Hi<|im_end|>\n", 1: "t: sunny<|im_end|>\n", "between": "<|im_end|>"},
+                      {0: "u: Hi<|eot|>\n", 1: "t: sunny<|eot|>\n", "between": "<|eot|>"})]
+    (merged,) = part_rules(close_changed)  # one close changed everywhere: one line
+    assert merged.text == "user messages, tool results, text between messages: `<|im_end|>` -> `<|eot|>`"
+    wrapper = part_rules([([user, tool], {1: "<tool_response>sunny</tool_response>"}, {1: "<result>sunny</result>"})])
+    assert [rule.text.split(":")[0] for rule in wrapper] == ["tool results"] and "<result>" in wrapper[0].text
+    source = "{% if mode == 1 %}a{% elif mode == 'x' %}b{% endif %}{% if flag is false %}c{% endif %}{{ day }}"
+    values = tested_knob_values(parse_template(source, "t"), ("mode", "flag", "day"))
+    assert values == {"mode": (1, "x"), "flag": (True, False), "day": ()}  # no 'custom value', no []
