@@ -40,7 +40,7 @@ from rllm_renderers.compiled import jinja
 
 from .analysis import KNOB_GUESSES, compared_roles, knob_candidates
 from .conversations import Case, ConversationFeatures, drawn_cases, fixed_edge_cases
-from .diff_rules import BETWEEN, ENDING, PREAMBLE, Rule, clock_rule, generation_prompt_rule, part_rules, quoted
+from .diff_rules import BETWEEN, ENDING, PREAMBLE, Rule, clock_rule, generation_prompt_rule, part_rules
 from .errors import CompileError
 from . import pipeline
 from .pipeline import GENERATED_DIR, Prepared, compile_source, load_generated_file, load_renderer_class
