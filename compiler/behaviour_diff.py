@@ -6,17 +6,20 @@ would (:func:`compiler.pipeline.compile_source`, nothing written); a generated f
 ``verify`` loads it. The two classes are then compared on what a reviewer of the pull request needs
 to know (:func:`compare`; :mod:`compiler.diff_report` prints it):
 
-- learned facts (the class constants: turn close and stops, reasoning markers, tool-call syntax,
-  knobs, tool-argument form, prefix stability, retention default), changed ones in words, with the
-  consequences flagged: a stop that also occurs inside a rendered assistant turn (a rollout stops
-  there), a generation prompt that now holds the reasoning open marker, knobs added or removed, ...;
-- renders of a fixed set of conversations (:func:`compiler.conversations.fixed_edge_cases`, and an
-  assistant turn with reasoning last), before and after;
+- a summary, causes first, one line per change stated as the template's rule
+  (:mod:`compiler.diff_rules`): the clock, the generation prompt under each knob value the template
+  tests, the text written for each kind of message and outside them, every changed learned fact
+  (class constants: turn close and stops, reasoning markers, tool-call syntax, knobs, ...) and the
+  consequences a rollout feels (a stop inside a rendered assistant turn, a bridge that changed);
+- renders of probe conversations before and after, accepted by both templates (``content: ""``
+  where ``None`` is refused), with the clock frozen so that both sides render the same day;
 - a fuzz count: of ``cases`` generated conversations (:func:`compiler.conversations.conversation_cases`),
-  how many render other token ids (text, without a real tokenizer), and the smallest of them;
+  how many render other token ids (text, without a real tokenizer), and the smallest changed
+  conversation, shrunk and written in readable text (:func:`readable`);
 - read-back and bridge: what each class's own sampled turns parse to (``parse_response``), whether
   a rollout cut at the first stop token still parses to the same message, and whether the bridge
-  from that rollout to the next user message is exact;
+  from that rollout to the next user message is exact; what could not be checked is listed as a
+  limit of the tool, never as a change;
 - ripple: other checked-in modules whose behaviour changes with it (generated modules import only
   ``rllm_renderers.compiled``, so none can; a module importing another would be listed).
 """
@@ -27,15 +30,22 @@ import ast
 import copy
 import dataclasses
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .analysis import compared_roles, knob_candidates
+from rllm_renderers.compiled import jinja
+
+from .analysis import KNOB_GUESSES, compared_roles, knob_candidates
 from .conversations import Case, ConversationFeatures, drawn_cases, fixed_edge_cases
+from .diff_rules import BETWEEN, ENDING, PREAMBLE, Rule, clock_rule, generation_prompt_rule, part_rules
 from .errors import CompileError
+from . import pipeline
 from .pipeline import GENERATED_DIR, Prepared, compile_source, load_generated_file, load_renderer_class
 from .source import resolve_source
+from .stability import measure_prefix_stability
 from .verify import features_for
 
 #: The class constants that are learned facts, in the order the report gives them.
@@ -52,7 +62,7 @@ FACTS = (
     "CONTENT_FORMAT",
     "SPECIAL_TOKENS",
 )
-DEFAULT_CASES = 100
+DEFAULT_CASES = 40  # generated conversations: the probes carry the summary; drawing is most of the time
 
 
 @dataclass
@@ -90,9 +100,67 @@ def load_side(argument: str, *, model: str | None, corpus: Path | None, tokenize
         raise CompileError(f"{argument}: not a template or generated file")
     else:
         source = resolve_source(argument, tokenizer=tokenizer, corpus=corpus, allow_hub=False)
-    compiled = compile_source(source)
+    with fewer_stability_cases(), shared_tokenizers():
+        compiled = compile_source(source)
     renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
     return Side(argument, renderer_class, compiled)
+
+
+#: Conversations the prefix-stability measure draws while ``diff`` compiles (``generate`` draws
+#: :data:`compiler.pipeline.STABILITY_CASES`; the drawing is most of a compile's time). Where the
+#: two sides then disagree, the stable one is measured again with the full count (:func:`prefix_stable`).
+DIFF_STABILITY_CASES = 30
+
+
+@contextmanager
+def fewer_stability_cases():
+    original = pipeline.STABILITY_CASES
+    pipeline.STABILITY_CASES = DIFF_STABILITY_CASES
+    try:
+        yield
+    finally:
+        pipeline.STABILITY_CASES = original
+
+
+#: Tokenizers loaded for a side, by folder: two revisions of one model share their tokenizer, and
+#: loading it is most of a compile's time after the stability draws.
+_TOKENIZERS: dict[str, Any] = {}
+
+
+@contextmanager
+def shared_tokenizers():
+    load = pipeline.load_tokenizer_for
+
+    def load_once(source):
+        if source.tokenizer_dir is None:
+            return None
+        key = str(Path(source.tokenizer_dir).resolve())
+        if key not in _TOKENIZERS:
+            _TOKENIZERS[key] = load(source)
+        return _TOKENIZERS[key]
+
+    pipeline.load_tokenizer_for = load_once
+    try:
+        yield
+    finally:
+        pipeline.load_tokenizer_for = load
+
+
+def prefix_stable(side: Side) -> bool:
+    """The side's prefix stability measured as ``generate`` measures it (its class constant for a
+    generated file, which ``generate`` wrote). Asked of the side that the fewer draws found stable:
+    the other side's counterexample is a proof already."""
+    if side.prepared is None:
+        return side.renderer_class.PREFIX_STABLE
+    prepared = side.prepared
+    features = features_for(
+        side.renderer_class,
+        knob_candidates(prepared.facts.ast, prepared.facts.knobs),
+        compared_roles(prepared.facts.ast),
+        prepared.placeholders,
+    )
+    renderer = side.renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **dict(features.base_knobs))
+    return measure_prefix_stability(renderer, features, cases=pipeline.STABILITY_CASES, seed_value=0)[0]
 
 
 # --- learned facts ----------------------------------------------------------------------
@@ -135,7 +203,7 @@ def describe_change(name: str, before: Any, after: Any) -> tuple[str, list[str]]
         flags += [f"knob removed: {knob} (a caller passing it now gets ValueError)" for knob in removed]
         return f"knobs {list(before)} -> {list(after)}", flags
     if name == "TOOL_ARGUMENTS":
-        return f"tool-call arguments: the template consumes {before} -> {after}", [
+        return f"the template consumes {before} -> {after}", [
             f"tool-argument form changed ({before} -> {after}): renders of tool calls change"
         ]
     if name == "PREFIX_STABLE":
@@ -165,20 +233,77 @@ def record_change(before: Any, after: Any) -> str:
 # --- the renders ------------------------------------------------------------------------------
 
 
+def tested_knob_values(ast: Any, knobs: tuple[str, ...]) -> dict[str, tuple]:
+    """Per knob, the values the template tells apart: the constants it compares the knob with, and
+    True and False where it tests the knob itself (``{% if enable_thinking %}``). Generic guesses
+    (``'custom value'``, ``[]``) would only add renders that say nothing."""
+    from jinja2 import nodes
+
+    compared = knob_candidates(ast, knobs)
+    values: dict[str, list] = {knob: [value for value in compared[knob] if not guessed(value)] for knob in knobs}
+    for test in [node.test for node in ast.find_all((nodes.If, nodes.CondExpr))]:
+        for name in truth_tested(test):
+            if name in values:
+                values[name] += [flag for flag in (True, False) if flag not in values[name]]
+    return {knob: tuple(found) for knob, found in values.items()}
+
+
+def guessed(value: Any) -> bool:
+    """Whether ``value`` is one of :data:`compiler.analysis.KNOB_GUESSES` (of its type: 1 is no True)."""
+    return any(type(value) is type(guess) and value == guess for guess in KNOB_GUESSES)
+
+
+def truth_tested(test: Any) -> list[str]:
+    """The names whose truth ``test`` decides on: ``knob``, ``not knob``, ``knob is false``,
+    ``knob and ...`` (``knob is defined`` or ``knob == 'x'`` test something else)."""
+    from jinja2 import nodes
+
+    if isinstance(test, nodes.Name):
+        return [test.name]
+    if isinstance(test, nodes.Not):
+        return truth_tested(test.node)
+    if isinstance(test, (nodes.And, nodes.Or)):
+        return truth_tested(test.left) + truth_tested(test.right)
+    if isinstance(test, nodes.Test) and test.name in ("true", "false", "boolean") and isinstance(test.node, nodes.Name):
+        return [test.node.name]  # `knob is false`
+    return []
+
+
 def comparison_features(old: Side, new: Side) -> ConversationFeatures:
-    """What to draw: the template side's roles and knob values (the new side's when both are), with
-    every knob of either side."""
+    """What to draw: the template side's roles and the knob values its template tests (the new
+    side's when both are templates), with every knob of either side."""
     template_side = new if new.prepared is not None else old
     other = old if template_side is new else new
     prepared = template_side.prepared
     if prepared is None:
         candidates, roles, placeholders = {}, (), {}
     else:
-        candidates = knob_candidates(prepared.facts.ast, prepared.facts.knobs)
+        candidates = tested_knob_values(prepared.facts.ast, prepared.facts.knobs)
         roles, placeholders = compared_roles(prepared.facts.ast), prepared.placeholders
     features = features_for(template_side.renderer_class, candidates, roles, placeholders)
-    extra = tuple((knob, (True, False)) for knob in other.renderer_class.KNOBS if knob not in dict(features.knobs))
+    if other.prepared is not None:  # the knobs only the other side has, with the values its template tests
+        theirs = tested_knob_values(other.prepared.facts.ast, other.prepared.facts.knobs)
+    else:
+        theirs = {knob: (True, False) for knob in other.renderer_class.KNOBS}
+    extra = tuple((knob, theirs[knob]) for knob in other.renderer_class.KNOBS if knob not in dict(features.knobs))
     return dataclasses.replace(features, knobs=features.knobs + extra)
+
+
+#: The date the clock shows while both sides render (renders that read it stay comparable and the
+#: report the same from day to day); :func:`reads_clock` tries a second one.
+FROZEN_DATE = datetime(2025, 3, 14, 9, 30)
+OTHER_DATE = datetime(2026, 11, 2, 18, 5)
+
+
+@contextmanager
+def clock_at(moment: datetime):
+    """``strftime_now`` (what generated code calls for the date) answers ``moment``."""
+    original = jinja.strftime_now
+    jinja.strftime_now = moment.strftime
+    try:
+        yield
+    finally:
+        jinja.strftime_now = original
 
 
 @dataclass
@@ -200,12 +325,15 @@ class Renderers:
 
     def output(self, side: Side, case: Case) -> str | list[int]:
         """The case's token ids (text without a tokenizer), or ``refused: <reason>``."""
+        if self.tokenizer is None:
+            return self.text(side, case)
         renderer = self.instance(side, case.knobs)
-        arguments = dict(tools=copy.deepcopy(case.tools), add_generation_prompt=case.add_generation_prompt)
         try:
-            if self.tokenizer is not None:
-                return renderer.render_ids(copy.deepcopy(case.messages), **arguments)
-            return renderer.render_text(copy.deepcopy(case.messages), **arguments)
+            return renderer.render_ids(
+                copy.deepcopy(case.messages),
+                tools=copy.deepcopy(case.tools),
+                add_generation_prompt=case.add_generation_prompt,
+            )
         except ValueError as exc:
             return f"refused: {exc}"
 
@@ -220,6 +348,38 @@ class Renderers:
         except ValueError as exc:
             return f"refused: {exc}"
 
+    def differs(self, case: Case) -> bool:
+        """Both sides render ``case``, to other ids (text without a tokenizer)."""
+        old, new = self.output(self.old, case), self.output(self.new, case)
+        refused = any(isinstance(output, str) and output.startswith("refused: ") for output in (old, new))
+        return not refused and old != new
+
+    def parts(self, side: Side, case: Case) -> dict:
+        """The text written for each message (by index) and outside them (:data:`diff_rules.PART_NAMES`
+        keys): what the template writes where, attributed as the renderer attributes its tokens."""
+        renderer = self.instance(side, case.knobs)
+        try:
+            out = renderer._render_output(copy.deepcopy(case.messages), copy.deepcopy(case.tools), case.add_generation_prompt)
+        except ValueError:
+            return {}
+        text, starts = out.text(), out.part_starts()
+        spans = out.attributed_spans(starts)
+        parts: dict = {}
+        seen_message = False
+        for position, (start, index) in enumerate(spans):
+            end = spans[position + 1][0] if position + 1 < len(spans) else len(text)
+            if index >= 0:
+                seen_message = True
+                key: Any = index
+            elif not seen_message:
+                key = PREAMBLE
+            elif any(later >= 0 for _, later in spans[position + 1 :]):
+                key = BETWEEN
+            else:
+                key = ENDING
+            parts[key] = parts.get(key, "") + text[start:end]
+        return parts
+
 
 @dataclass
 class RenderChange:
@@ -229,20 +389,29 @@ class RenderChange:
     new: str
 
 
+QUESTION = {"role": "user", "content": "What is the weather in Paris?"}
+ANSWER = {"role": "assistant", "content": "It is sunny.", "reasoning_content": "The tool said sunny."}
+THANKS = {"role": "user", "content": "Thanks."}
+
+
 def named_cases(features: ConversationFeatures) -> list[tuple[str, Case]]:
-    """The fixed conversations, each with a name a reviewer reads, and an assistant turn with
-    reasoning as the last message."""
-    user = {"role": "user", "content": "What is the weather in Paris?"}
-    answer = {"role": "assistant", "content": "It is sunny.", "reasoning_content": "The tool said sunny."}
-    cases = fixed_edge_cases(features) + [Case([user, answer], knobs=dict(features.base_knobs))]
-    return [(case_name(case, dict(features.base_knobs)), case) for case in cases]
+    """The probe conversations, each with a name a reviewer reads: the fixed ones, an assistant turn
+    with reasoning last, and per knob value a conversation with history and the generation prompt
+    (what a rollout renders)."""
+    base = dict(features.base_knobs)
+    fixed = fixed_edge_cases(dataclasses.replace(features, knobs=()))
+    cases = [(case_name(case, base), case) for case in fixed]
+    cases.append(("reasoning last", Case([copy.deepcopy(QUESTION), copy.deepcopy(ANSWER)], knobs=dict(base))))
+    history = [copy.deepcopy(QUESTION), copy.deepcopy(ANSWER), copy.deepcopy(THANKS)]
+    for knob, values in features.knobs:
+        for value in values:
+            case = Case(copy.deepcopy(history), add_generation_prompt=True, knobs={**base, knob: value})
+            cases.append((f"{knob}={value!r}, history and generation prompt", case))
+    return cases
 
 
 def case_name(case: Case, base_knobs: dict) -> str:
     """What a fixed conversation exercises, in a few words."""
-    knobs = {knob: value for knob, value in case.knobs.items() if base_knobs.get(knob, object()) != value}
-    if knobs:
-        return ", ".join(f"{knob}={value!r}" for knob, value in knobs.items())
     roles = [message["role"] for message in case.messages]
     calls = max((len(message.get("tool_calls") or []) for message in case.messages), default=0)
     if calls > 1:
@@ -260,19 +429,68 @@ def case_name(case: Case, base_knobs: dict) -> str:
     return "chat, generation prompt" if case.add_generation_prompt else "chat"
 
 
+def accepted_by_both(renderers: Renderers, case: Case) -> Case:
+    """``case``, or with ``content: ""`` for a ``content: None`` that a side refuses (several
+    templates refuse None beside tool calls: the probe would compare two refusals)."""
+    if not any(refused(renderers.text(side, case)) for side in (renderers.old, renderers.new)):
+        return case
+    messages = [
+        {**message, "content": ""} if "content" in message and message["content"] is None else message
+        for message in case.messages
+    ]
+    return dataclasses.replace(case, messages=messages) if messages != case.messages else case
+
+
+def refused(text: str) -> bool:
+    return text.startswith("refused: ")
+
+
 def render_changes(renderers: Renderers, cases: list[tuple[str, Case]]) -> tuple[list[RenderChange], list[str]]:
-    """(the fixed conversations whose render changed, the names of those that did not)."""
+    """(the probe conversations whose render changed, the names of those that did not)."""
     changed, same = [], []
     for name, case in cases:
+        case = accepted_by_both(renderers, case)
         old, new = renderers.text(renderers.old, case), renderers.text(renderers.new, case)
         ids_differ = renderers.tokenizer is not None and renderers.output(renderers.old, case) != renderers.output(
             renderers.new, case
         )
-        if old != new or ids_differ:
+        if refused(old) and refused(new):  # (the messages name each side's class)
+            same.append(f"{name} (refused by both)")
+        elif old != new or ids_differ:
             changed.append(RenderChange(name, case, old, new))
         else:
-            same.append(f"{name} (refused by both)" if old.startswith("refused: ") else name)
+            same.append(f"{name} (refused by both)" if refused(old) else name)
     return changed, same
+
+
+def generation_prompts(renderers: Renderers, features: ConversationFeatures) -> list[Rule]:
+    """What ``add_generation_prompt`` appends after a user message, per side, with the default knobs
+    and each knob value the template tests."""
+    base = dict(features.base_knobs)
+    settings = [("", base)] + [(f"{knob}={value!r}", {**base, knob: value}) for knob, values in features.knobs for value in values]
+    rules: list[Rule] = []
+    seen: list[list] = []
+    for words, knobs in settings:
+        prompts = []
+        for side in (renderers.old, renderers.new):
+            without = renderers.text(side, Case([copy.deepcopy(QUESTION)], knobs=knobs))
+            with_prompt = renderers.text(side, Case([copy.deepcopy(QUESTION)], add_generation_prompt=True, knobs=knobs))
+            ok = not refused(without) and not refused(with_prompt) and with_prompt.startswith(without)
+            prompts.append(with_prompt[len(without) :] if ok else None)
+        if prompts in seen:  # the same change as with the defaults (or another value)
+            continue
+        seen.append(prompts)
+        rule = generation_prompt_rule(*prompts, setting=words)
+        if rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def reads_clock(renderers: Renderers, side: Side, case: Case) -> bool:
+    """Whether ``side`` renders ``case`` differently on another day."""
+    with clock_at(OTHER_DATE):
+        other_day = renderers.text(side, case)
+    return other_day != renderers.text(side, case)
 
 
 @dataclass
@@ -283,16 +501,63 @@ class FuzzResult:
     smallest: RenderChange | None = None
 
 
-def fuzz(renderers: Renderers, features: ConversationFeatures, cases: int, seed_value: int) -> FuzzResult:
-    """Of ``cases`` generated conversations, how many render differently, and the smallest of them."""
-    drawn = drawn_cases(features, cases, seed_value)
+#: Realistic text that replaces drawn text when the smallest changed conversation is made readable.
+READABLE_TEXT = {
+    "system": "You are terse.",
+    "user": "What is the weather in Paris?",
+    "assistant": "It is sunny.",
+    "tool": "sunny",
+}
+
+
+def readable(case: Case, differs) -> Case:
+    """A smaller conversation that still changes, made of text a person reads: drawn text replaced
+    by :data:`READABLE_TEXT`, then messages, tools and the generation prompt left out one at a time
+    while the render still changes (``differs(case)``)."""
+    messages = copy.deepcopy(case.messages)
+    for message in messages:
+        if isinstance(message.get("content"), str):
+            message["content"] = READABLE_TEXT.get(message.get("role"), "Hello")
+        if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
+            message["reasoning_content"] = ANSWER["reasoning_content"]
+    best = dataclasses.replace(case, messages=messages)
+    if not differs(best):
+        best = case
+    shrinking = True
+    while shrinking:
+        shrinking = False
+        candidates = [
+            dataclasses.replace(best, messages=best.messages[:index] + best.messages[index + 1 :])
+            for index in range(len(best.messages))
+            if len(best.messages) > 1
+        ]
+        if best.tools:
+            candidates.append(dataclasses.replace(best, tools=None))
+        if best.add_generation_prompt:
+            candidates.append(dataclasses.replace(best, add_generation_prompt=False))
+        for candidate in candidates:
+            if differs(candidate):
+                best, shrinking = candidate, True
+                break
+    return best
+
+
+def fuzz(
+    renderers: Renderers, features: ConversationFeatures, cases: int, seed_value: int, probes: list[RenderChange]
+) -> FuzzResult:
+    """Of ``cases`` generated conversations, how many render differently; the smallest changed
+    conversation (of those and the probes), made readable (:func:`readable`)."""
+    drawn = drawn_cases(features, cases, seed_value) if cases else []
     differing = [
         case for case in drawn if renderers.output(renderers.old, case) != renderers.output(renderers.new, case)
     ]
     compared = "token ids" if renderers.tokenizer is not None else "text"
     result = FuzzResult(len(drawn), len(differing), compared)
-    if differing:
-        smallest = min(differing, key=lambda case: (len(case.describe()), case.describe()))
+    candidates = [change.case for change in probes if renderers.differs(change.case)]
+    candidates += [case for case in differing if renderers.differs(case)]
+    if candidates:
+        smallest = min(candidates, key=lambda case: (len(case.describe()), case.describe()))
+        smallest = readable(smallest, renderers.differs)
         result.smallest = RenderChange(
             "smallest", smallest, renderers.text(renderers.old, smallest), renderers.text(renderers.new, smallest)
         )
@@ -425,52 +690,129 @@ def ripple(folder: Path = GENERATED_DIR) -> list[str]:
 
 # --- the whole comparison ---------------------------------------------------------------------
 
+#: What each learned fact is called in the summary.
+FACT_NAMES = {
+    "TURN": "turn format",
+    "REASONING": "reasoning markers",
+    "TOOL_CALLS": "tool-call syntax",
+    "UNLEARNED": "facts not learned",
+    "KNOBS": "knobs",
+    "TOOL_ARGUMENTS": "tool-call arguments",
+    "PREFIX_STABLE": "prefix stability",
+    "DEFAULT_THINKING_RETENTION": "thinking retention",
+    "ROLES": "roles",
+    "CONTENT_FORMAT": "content format",
+    "SPECIAL_TOKENS": "special tokens",
+}
+FACT_WORDS = 240  # a changed record is cut here in the summary (the learned-facts section has it whole)
+
+
+def fact_rule(change: FactChange) -> Rule:
+    """A changed learned fact, always flagged: parse, stops and bridge follow these facts."""
+    words = "; ".join([change.words, *change.flags]) if change.name != "KNOBS" else "; ".join(change.flags)
+    if len(words) > FACT_WORDS:
+        words = words[: FACT_WORDS - 1] + "…"
+    return Rule(f"{FACT_NAMES.get(change.name, change.name)} ({change.name}): {words}", True)
+
+
+def is_limit(result: str) -> bool:
+    """A read-back or bridge result that says what the tool could not check, not what the renderer does."""
+    return result.startswith(("not checked", "refused"))
+
 
 @dataclass
 class BehaviourDiff:
     old: Side
     new: Side
+    summary: list[Rule]  # the behavioural changes as the template's rules, causes first
     facts: list[FactChange]
     renders: list[RenderChange]
     unchanged_renders: list[str]
     fuzz: FuzzResult
     read_backs: list[ReadBackChange]
     ripple: list[str]
-    flags: list[str]  # every consequence flagged, facts' and read-back's
+    limits: list[str]  # what could not be checked (never a change)
 
     @property
     def changed(self) -> bool:
         """Whether behaviour changed: a learned fact, a render, a fuzzed conversation or a read-back."""
         read_back_changed = any(
-            (change.old.parsed, change.old.stopped, change.old.bridge)
+            not is_limit(change.old.bridge) and not is_limit(change.new.bridge)
+            and (change.old.parsed, change.old.stopped, change.old.bridge)
             != (change.new.parsed, change.new.stopped, change.new.bridge)
             for change in self.read_backs
         )
-        return bool(self.facts or self.renders or self.fuzz.changed or read_back_changed)
+        return bool(self.facts or self.renders or self.fuzz.changed or read_back_changed or self.summary)
+
+    @property
+    def flags(self) -> list[str]:
+        return [rule.text for rule in self.summary if rule.flagged]
 
 
 def compare(old: Side, new: Side, *, cases: int = DEFAULT_CASES, seed_value: int = 0) -> BehaviourDiff:
+    with clock_at(FROZEN_DATE):
+        return _compare(old, new, cases, seed_value)
+
+
+def _compare(old: Side, new: Side, cases: int, seed_value: int) -> BehaviourDiff:
     features = comparison_features(old, new)
     real = new.real_tokenizer if new.real_tokenizer is not None else old.real_tokenizer
     renderers = Renderers(old, new, real)
     facts = fact_changes(old.renderer_class, new.renderer_class)
+    if any(change.name == "PREFIX_STABLE" for change in facts) and not prefix_stable(old if old.renderer_class.PREFIX_STABLE else new):
+        facts = [change for change in facts if change.name != "PREFIX_STABLE"]  # (fewer draws told them apart)
     changed, same = render_changes(renderers, named_cases(features))
-    fuzzed = fuzz(renderers, features, cases, seed_value)
+    fuzzed = fuzz(renderers, features, cases, seed_value, changed)
     backs = read_backs(old, new, features)
-    flags = [flag for change in facts for flag in change.flags]
+
+    chat = Case([copy.deepcopy(QUESTION)], knobs=dict(features.base_knobs))
+    clock = clock_rule(reads_clock(renderers, old, chat), reads_clock(renderers, new, chat), f"{FROZEN_DATE:%d %b %Y}")
+    summary = [clock] if clock else []
+    summary += generation_prompts(renderers, features)
+    summary += holds_reasoning_open(renderers, features)
+    probes = [change.case for change in changed] + ([fuzzed.smallest.case] if fuzzed.smallest is not None else [])
+    clocked = clock is not None
+    parts = []
+    for case in probes:
+        sides = [renderers.parts(old, case), renderers.parts(new, case)]
+        if not all(sides):  # a side refuses it
+            continue
+        if clocked:  # the date is named once, not again in every part that holds it
+            sides = without_clock(renderers, case, *sides)
+        for side_parts in sides:  # the generation prompt has its own line
+            side_parts.pop(ENDING, None)
+        parts.append((case.messages, *sides))
+    summary += part_rules(parts)
+    summary += [fact_rule(change) for change in facts]
+    limits = []
     for change in backs:
         if change.new.stop_inside and not change.old.stop_inside:
-            flags.append(
+            summary.append(Rule(
                 f"stop {change.new.stop_inside!r} also occurs inside a rendered assistant turn ({change.name}): "
-                f"a rollout stops there and parses to {change.new.stopped}"
-            )
-        if change.new.bridge != change.old.bridge:
-            flags.append(f"bridge after {change.name}: {change.old.bridge} -> {change.new.bridge}")
-    flags += holds_reasoning_open(renderers, features)
-    return BehaviourDiff(old, new, facts, changed, same, fuzzed, backs, ripple(), flags)
+                f"a rollout stops there and parses to {change.new.stopped}", True
+            ))
+        checked = not is_limit(change.old.bridge) and not is_limit(change.new.bridge)
+        if change.new.bridge != change.old.bridge and checked:
+            summary.append(Rule(f"bridge after {change.name}: {change.old.bridge} -> {change.new.bridge}", True))
+        limits += [
+            f"{change.name}, {label}: {side.parsed if is_limit(side.parsed) else 'bridge ' + side.bridge}"
+            for label, side in (("before", change.old), ("after", change.new))
+            if is_limit(side.bridge)
+        ]
+    if not summary and (changed or fuzzed.changed):
+        summary.append(Rule("renders change (see the evidence): no rule the summary knows names it"))
+    return BehaviourDiff(old, new, summary, facts, changed, same, fuzzed, backs, ripple(), limits)
 
 
-def holds_reasoning_open(renderers: Renderers, features: ConversationFeatures) -> list[str]:
+def without_clock(renderers: Renderers, case: Case, old: dict, new: dict) -> list[dict]:
+    """The parts of a conversation's render, less those that hold the date on either side."""
+    with clock_at(OTHER_DATE):
+        other_day = [renderers.parts(renderers.old, case), renderers.parts(renderers.new, case)]
+    dated = {key for now, then in zip((old, new), other_day) for key in now if now.get(key) != then.get(key)}
+    return [{key: text for key, text in side.items() if key not in dated} for side in (old, new)]
+
+
+def holds_reasoning_open(renderers: Renderers, features: ConversationFeatures) -> list[Rule]:
     """Flags for the reasoning markers against the assistant header (the generation prompt): the
     prompt now ends holding the open marker (the model no longer samples it), or no longer does; the
     open marker now holds the header (the parser expects the header inside the sampled turn)."""
@@ -490,4 +832,4 @@ def holds_reasoning_open(renderers: Renderers, features: ConversationFeatures) -
         flags.append("the generation prompt no longer holds the reasoning open marker: the model now samples it")
     if marker_holds == [False, True]:
         flags.append("the reasoning open marker now holds the assistant header")
-    return flags
+    return [Rule(flag, True) for flag in flags]

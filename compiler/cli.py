@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .emit import BLACK_MODE
 from .coverage import DEFAULT_WIDTH, command_list
+from .diff_arguments import add_diff_arguments, default_corpus, early_error
 from .errors import CompileError
 from .index import INDEX_FILE, index_is_current, module_entry, recorded_fingerprints
 from .publish import repair_index
@@ -157,14 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what changes in a renderer's behaviour between two templates (exit 0: none, 1: changed, 2: error)",
     )
     add_budget_option(diff_parser)
-    diff_parser.add_argument("old", help="a template file, a generated .py file, or a model id (its corpus/override template)")
-    diff_parser.add_argument("new", help="the same kinds as OLD")
-    diff_parser.add_argument("--model", help="the model a template file is for (its tokenizer; default: the model id side's)")
-    diff_parser.add_argument("--corpus", type=Path, help="a folder laid out like ../shared/corpus")
-    diff_parser.add_argument("--tokenizer", type=Path, help="a local tokenizer folder")
-    diff_parser.add_argument("--format", choices=("markdown", "terminal"), default="markdown")
-    diff_parser.add_argument("--cases", type=positive_int, default=100, help="generated conversations to compare")
-    diff_parser.add_argument("--seed", type=int, default=0)
+    add_diff_arguments(diff_parser)
 
     check_parser = commands.add_parser("check", help="regenerate every checked-in file and compare")
     check_parser.add_argument("--corpus", type=Path, default=REPO_ROOT.parent / "shared" / "corpus" if IN_CHECKOUT else None)
@@ -375,14 +369,18 @@ def command_check(args: argparse.Namespace) -> int:
 
 def command_diff(args: argparse.Namespace) -> int:
     """Exit status 0: no behaviour change; 1: changed; an error (main) is 2."""
+    problem = early_error([args.old, args.new, *(["--corpus", str(args.corpus)] if args.corpus else [])])
+    if problem is not None:
+        raise CompileError(problem)
     from .behaviour_diff import compare, load_side
     from .diff_report import report
 
+    corpus = args.corpus if args.corpus is not None else default_corpus()
     model = args.model
     if model is None:  # a model id on one side gives a template file on the other its tokenizer
         ids = [side for side in (args.old, args.new) if not Path(side).exists()]
         model = ids[0] if ids else None
-    sides = [load_side(side, model=model, corpus=args.corpus, tokenizer=args.tokenizer) for side in (args.old, args.new)]
+    sides = [load_side(side, model=model, corpus=corpus, tokenizer=args.tokenizer) for side in (args.old, args.new)]
     diff = compare(*sides, cases=args.cases, seed_value=args.seed)
     print(report(diff, markdown=args.format == "markdown"), end="")
     return 1 if diff.changed else 0

@@ -242,22 +242,24 @@ def test_diff_flags_a_stop_token_that_ends_turns_early_and_exits_1(tmp_path: Pat
     # the final answer now ends with <|end|>, which also ends the analysis message inside the turn
     code, printed = diff(tmp_path, capsys, HARMONYISH, HARMONYISH.replace("<|return|>", "<|end|>"))
     assert code == 1, printed
-    assert "**behaviour changed**" in printed
-    flagged = printed.split("## Flagged")[1].split("## Learned facts")[0]
-    assert "stop tokens added: '<|end|>'" in flagged
-    assert "stop '<|end|>' also occurs inside a rendered assistant turn (reasoning and answer)" in flagged
-    assert "close '<|return|>' -> '<|end|>'" in printed
-    assert "changed: reasoning last" in printed and "It·is·sunny.<|end|>" in printed  # visible whitespace
+    assert "**behaviour changed**" in printed and "(exit 1)" in printed
+    summary = printed.split("## Summary")[1].split("## Evidence")[0]
+    assert "! turn format (TURN): close '<|return|>' -> '<|end|>'" in summary
+    assert "stop tokens added: '<|end|>'" in summary
+    assert "! stop '<|end|>' also occurs inside a rendered assistant turn (reasoning and answer)" in summary
+    evidence = printed.split("## Evidence")[1].split("## Checked")[0]
+    assert "- <|start|>assistant<|channel|>final<|message|>It·is·sunny.<|return|>" in evidence  # marked lines
+    assert "+ <|start|>assistant<|channel|>final<|message|>It·is·sunny.<|end|>" in evidence  # visible whitespace
     assert "of 20 generated conversations change their text" in printed and "smallest changed conversation" in printed
-    assert "## Ripple\n\nnone:" in printed
+    assert "- ripple: none" in printed
 
 
 def test_diff_of_a_comment_only_edit_reports_no_behaviour_change_and_exits_0(tmp_path: Path, capsys):
     code, printed = diff(tmp_path, capsys, HARMONYISH, "{# reviewed #}\n" + HARMONYISH, "--format", "terminal")
     assert code == 0, printed
-    assert "no behaviour change" in printed and "Flagged" not in printed
+    assert "no behaviour change (exit 0)" in printed and "Summary" not in printed and "Evidence" not in printed
     assert "0 of 20 generated conversations change their text" in printed
-    assert "reasoning and answer, before and after: content='It is sunny.'" in printed
+    assert "read-back and bridge unchanged: answer, reasoning and answer" in printed
 
 
 def test_diff_of_a_generated_file_against_its_template_and_errors_exit_2(tmp_path: Path, capsys):
@@ -329,5 +331,6 @@ def test_diff_flags_a_generation_prompt_that_now_holds_the_reasoning_open_marker
     new = THINKING.replace("<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>{% endif %}")
     code, printed = diff(tmp_path, capsys, THINKING, new, "--format", "terminal")
     assert code == 1, printed
+    assert "! the generation prompt now ends with `<think>` (was `<|im_start|>assistant\\n`)" in printed
     assert "! the generation prompt now holds the reasoning open marker: the model no longer samples it" in printed
-    assert "changed: chat, generation prompt" in printed
+    assert "\nchat, generation prompt\n" in printed.split("Evidence")[1]
