@@ -681,7 +681,13 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bo
                 proved = _PROOFS.get(content)
             if proved is None:
                 facts = _live_facts(content, (nfc, tuple(stages), pattern))
-                proved = _prove(tokenizer_json, _proof_marker(content), facts, inline=inline)
+                marker = _proof_marker(content)
+                problem = None if marker is None else proof_cache.folder_problem(marker)
+                if problem is not None:  # anyone may have written there: the exact HF backend encodes
+                    proved = (None, f"the proof cache is not used, {problem}: the HF backend encodes")
+                    proof_cache.log_once("folder:" + str(marker.parent), "%s", proved[1])
+                else:
+                    proved = _prove(tokenizer_json, marker, facts, inline=inline)
                 if isinstance(proved, background_proof.Pending):  # HF for now, asked again next time
                     return None, proved
                 _keep(_PROOFS, content, proved)
