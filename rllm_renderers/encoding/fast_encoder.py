@@ -101,8 +101,9 @@ from .span_bpe import BYTE_OF, SpanBpe, bytes_of_byte_level, coverage_note
 __all__ = ["RankBpe", "rank_bpe_plan", "span_bpe_for"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
-#: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "5"
+#: Bumped when the conditions proved here or the marker's format change (invalidates remembered
+#: proofs; 6: markers are signed, :mod:`rllm_renderers.encoding.proof_cache`).
+PROOF_VERSION = "6"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
