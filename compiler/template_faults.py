@@ -86,6 +86,12 @@ def register_generated_code(filename: str, code: str) -> None:
     _GENERATED_CODE[filename] = code.splitlines()
 
 
+def registered_code(filename: str) -> str | None:
+    """The generated module registered under ``filename``, or None."""
+    lines = _GENERATED_CODE.get(filename)
+    return None if lines is None else "\n".join(lines) + "\n"
+
+
 def is_template_frame(frame: FrameType) -> bool:
     """Generated code, or Jinja's compiled template (live: its ``debug_info`` line table; in a
     traceback Jinja rewrote, a frame already numbered in template lines)."""

@@ -321,3 +321,58 @@ def test_hostile_snippet(snippet, behind_trigger: bool):
         source = payload + "|{{ messages[0].content }}"
     for messages in hostile_conversations(first_content):
         assert run_case(source, messages, {}) == "same"
+
+
+# --- the sandbox probe verify runs on every template -------------------------------------------------
+
+
+def test_the_probe_finds_no_unchecked_lookup_in_any_checked_in_renderer():
+    from pathlib import Path
+
+    from compiler.sandbox_probe import unchecked_lookups
+
+    files = sorted((Path(__file__).resolve().parents[1] / "generated").glob("*.py"))
+    assert len(files) > 20
+    assert {path.name: unchecked_lookups(path.read_text(encoding="utf-8")) for path in files} == {
+        path.name: [] for path in files
+    }
+
+
+def test_the_probe_names_every_lookup_that_skips_the_runtime():
+    from compiler.sandbox_probe import unchecked_lookups
+
+    code = (
+        "def render(self, out, x):\n"
+        "    out.append(str(jinja.getattribute(x, '__class__')))\n"  # the runtime's lookup: fine
+        "    out.append(self._helper(x))\n"  # the renderer's own attribute: fine
+        "    out.append('{0}'.format(x))\n"
+        "    out.append(x.__class__)\n"
+        "    y = x.append(1)\n"
+        "    out.append(getattr(x, 'a'))\n"
+    )
+    assert unchecked_lookups(code) == ["line 4: '{0}'.format", "line 5: x.__class__", "line 6: x.append", "line 7: getattr"]
+
+
+def _verify(source: str):
+    from compiler.oracle import TemplateOracle
+    from compiler.verify import verify
+    from tests.test_translate import renderer_class
+
+    return verify(renderer_class(source, {}), TemplateOracle(source, special_tokens={}), cases=0)
+
+
+FORMATTING_TEMPLATE = "{% for m in messages %}{{ m.content.format(m) }}|{{ m.content.format_map(m) }}{% endfor %}"
+
+
+def test_verify_probes_the_sandbox_with_hostile_contents():
+    report = _verify(FORMATTING_TEMPLATE)
+    assert report.ok, report.failure and report.failure.report()
+    assert report.sandbox_code_checked and report.sandbox_probes == 6
+    assert "sandbox: 6 hostile conversations alike, code checked" in report.summary()
+
+
+def test_verify_fails_a_renderer_whose_runtime_lost_the_sandbox(monkeypatch):
+    """The probe is not vacuous: with the runtime's format sandbox off, verify fails on it."""
+    monkeypatch.setattr(values, "wrap_str_format", lambda value: None)
+    report = _verify(FORMATTING_TEMPLATE)
+    assert report.failure is not None and report.failure.reason.startswith("sandbox probe: "), report.summary()
