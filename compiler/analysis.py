@@ -22,6 +22,7 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 
 from .conversations import with_lead
 from .errors import CompileError
+from .nesting import too_deep_message
 from .translator.expressions import GLOBAL_FUNCTIONS, TemplateNames
 from .translator.lower import TEMPLATE_INPUTS, Lowering
 
@@ -59,6 +60,9 @@ def parse_template(source: str, name: str) -> nodes.Template:
         return environment.parse(source)
     except TemplateSyntaxError as exc:
         raise CompileError(f"the template does not parse: {exc.message}", template=name, line=exc.lineno) from None
+    except (RecursionError, SyntaxError, MemoryError) as exc:  # (jinja2's parser, or Python on its code)
+        message, line = too_deep_message(source, exc)
+        raise CompileError(message, template=name, line=line) from None
 
 
 #: What free_variables renames every name it is not asked about to (never a template's own name).

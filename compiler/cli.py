@@ -28,6 +28,7 @@ from .pipeline import (
     verify_compiled,
 )
 from .template_faults import (
+    DEFAULT_COMPILE_SECONDS,
     DEFAULT_RENDER_CHARACTERS,
     DEFAULT_RENDER_SECONDS,
     RenderBudgetExceeded,
@@ -51,8 +52,12 @@ def positive_int(value: str) -> int:
     return number
 
 
-def output_folder(path: Path) -> Path:
-    """``--out``: a folder, or a path where one can be created (no file in the way)."""
+def output_folder(path: Path | str) -> Path:
+    """``--out``: a folder, or a path where one can be created (no file in the way); never empty
+    (``Path("")`` is the working folder, which nobody asked for)."""
+    if not str(path).strip():
+        raise CompileError("--out must be a folder path, got an empty one")
+    path = Path(path)
     for candidate in (path, *path.parents):
         if candidate.exists():
             if not candidate.is_dir():
@@ -70,7 +75,7 @@ def module_name(value: str) -> str:
 
 
 def positive_seconds(value: str) -> float:
-    """``--render-budget``: a positive number of seconds."""
+    """``--render-budget`` / ``--budget``: a positive number of seconds."""
     try:
         seconds = float(value)
     except ValueError:
@@ -87,6 +92,13 @@ def add_budget_option(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_RENDER_SECONDS,
         metavar="SECONDS",
         help=f"the longest one render of the template may run while compiling (default {DEFAULT_RENDER_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=positive_seconds,
+        default=DEFAULT_COMPILE_SECONDS,
+        metavar="SECONDS",
+        help=f"the longest the compile or verification of one template may run in all (default {DEFAULT_COMPILE_SECONDS:g})",
     )
     parser.add_argument(
         "--render-characters",
@@ -130,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate_parser = commands.add_parser("generate", help="compile, verify and write generated/<module>.py")
     add_source_options(generate_parser)
-    generate_parser.add_argument("--out", type=Path, default=GENERATED_DIR, help="output folder (default generated/)")
+    generate_parser.add_argument("--out", default=GENERATED_DIR, help="output folder (default generated/)")
     generate_parser.add_argument("--name", type=module_name, help="module name (default: derived from the model id)")
     generate_parser.add_argument(
         "--all", action="store_true", help="every renderer checked in to generated/ (same module names), into --out"
@@ -197,7 +209,7 @@ def source_from_args(args: argparse.Namespace, model: str | None = None):
 
 
 def command_generate(args: argparse.Namespace) -> int:
-    output_folder(args.out)
+    args.out = output_folder(args.out)
     if args.all:
         return generate_all(args)
     source = source_from_args(args)
@@ -402,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     failure = 2 if args.command == "diff" else 1  # diff's 1 means "behaviour changed"
     try:
         budget = getattr(args, "render_budget", DEFAULT_RENDER_SECONDS)
-        with render_budget(budget, getattr(args, "render_characters", DEFAULT_RENDER_CHARACTERS)):
+        characters = getattr(args, "render_characters", DEFAULT_RENDER_CHARACTERS)
+        with render_budget(budget, characters, getattr(args, "budget", None)):
             return handlers[args.command](args)
     except RenderBudgetExceeded as exc:  # outside any one template's compile (template_fault names it there)
         print(f"error: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,12 +66,40 @@ class CorpusEntry:
     tokenizer: Path | None
 
 
+#: The largest template file read (the largest real chat template is a few hundred KB).
+MAX_TEMPLATE_BYTES = 16 * 1024 * 1024
+
+#: What a file that is not a regular file is, by its ``stat`` kind.
+SPECIAL_FILES = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def read_template(path: Path) -> str:
-    """The text of a template file; SourceError naming the file when it is not readable UTF-8 text."""
-    try:
-        data = path.read_bytes()
+    """The text of a template file; SourceError naming the file when it is missing, not a regular
+    file (a folder, a FIFO, ``/dev/zero``: named as such, never read), too large, or not UTF-8 text."""
+    try:  # (non-blocking: opening a FIFO must not wait for a writer)
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise SourceError(f"template file not found: {path}") from None
     except OSError as exc:
         raise SourceError(f"cannot read template file {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(handle).st_mode
+    for is_kind, kind in SPECIAL_FILES:
+        if is_kind(mode):
+            os.close(handle)
+            raise SourceError(f"template file {path} is {kind}, not a regular file")
+    with os.fdopen(handle, "rb") as file:
+        try:
+            data = file.read(MAX_TEMPLATE_BYTES + 1)
+        except OSError as exc:
+            raise SourceError(f"cannot read template file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise SourceError(f"template file {path} is larger than {MAX_TEMPLATE_BYTES // (1024 * 1024)} MB: not a chat template")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -147,8 +176,6 @@ def resolve_source(
     by_model = {entry.model_id: entry for entry in corpus_entries}
 
     if template is not None:
-        if not template.is_file():
-            raise SourceError(f"template file not found: {template}")
         source = read_template(template)
         tokenizer_dir = tokenizer or (by_model[model_id].tokenizer if model_id in by_model else None)
         return TemplateSource(model_id, template, source, tokenizer_dir, "file", same_template_ids(model_id, source, corpus_entries))

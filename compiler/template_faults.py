@@ -3,15 +3,19 @@
 The compiler runs the template (through Jinja, as the oracle) and its translation (the generated
 class) many times while probing and verifying. A template can make one run take forever (nested
 ``range(10**5)`` loops), recurse without end (a macro calling itself) or ask for more than the
-sandbox allows (``range(10**9)``). :func:`render_budget` is a watchdog that stops any one render
-running past its time budget; :func:`template_fault` turns such a failure into a CompileError
-that names the template line being run, found from the stack: the generated code's comments
-quoting the template's statements (looked up in the template), or the line table of Jinja's
-compiled template.
+sandbox allows (``range(10**9)``), or make every render slow (a 100 MB string per render: each
+render within its budget, thousands of them past any patience). :func:`render_budget` is a
+watchdog that stops any one render running past its time budget, and the compile of one template
+running past the whole-compile budget (``--budget``); :func:`template_fault` turns such a failure,
+or an error the template's own computation raises (a ``KeyError`` of ``"%(a)s" % {}``), into a
+CompileError that names the template line being run, found from the stack: the generated code's
+comments quoting the template's statements (looked up in the template), or the line table of
+Jinja's compiled template; past the whole-compile budget, also the conversation being rendered.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -28,10 +32,15 @@ DEFAULT_RENDER_SECONDS = 10.0
 #: Characters one render of the translation may write (a chat prompt is a few MB at most): a loop
 #: writing without end is stopped before it fills the memory, not only when its time is up.
 DEFAULT_RENDER_CHARACTERS = 10_000_000
+#: Seconds the compile (or verification) of one template may take in all.
+DEFAULT_COMPILE_SECONDS = 600.0
+#: How long past the whole-compile budget the watchdog waits for a render to stop in.
+COMPILE_GRACE_SECONDS = 2.0
 #: How often the watchdog looks at the running render.
 TICK_SECONDS = 0.25
-#: Errors a template's own computation raises that would otherwise escape as a traceback.
-TEMPLATE_FAULTS = (RecursionError, OverflowError, MemoryError)
+#: Errors a template's own computation raises (any, with template code on the stack: a ``KeyError``
+#: of ``"%(a)s" % {}``, a RecursionError) that would otherwise escape as a traceback.
+TEMPLATE_FAULTS = (Exception,)
 
 #: Generated code by its file name (``<generated qwen3>`` or a path), to map a line to the template's.
 _GENERATED_CODE: dict[str, list[str]] = {}
@@ -47,9 +56,40 @@ class RenderBudgetExceeded(BaseException):
         self.location = template_location(innermost_template_frame(frame))
 
 
+class CompileBudgetExceeded(RenderBudgetExceeded):
+    """The compile of one template ran past the whole-compile budget; ``conversation``: the one
+    being rendered then (JSON, shortened), when a render was running."""
+
+    def __init__(self, seconds: float, frame: FrameType) -> None:
+        super().__init__(f"the {seconds:g} s compile budget", frame)
+        self.conversation = conversation_on_stack(frame)
+
+
+def conversation_on_stack(frame: FrameType | None, longest: int = 300) -> str | None:
+    """The ``messages`` a render running on the stack was given, as short JSON; None when none is."""
+    while frame is not None:
+        messages = frame.f_locals.get("messages") if frame.f_code.co_name != "<module>" else None
+        if isinstance(messages, (list, tuple)) and messages and all(isinstance(item, dict) for item in messages):
+            text = json.dumps(list(messages), ensure_ascii=False, default=repr)
+            return text if len(text) <= longest else text[: longest - 3] + "..."
+        frame = frame.f_back
+    return None
+
+
+#: The whole-compile budget in force (render_budget) and when the outermost template_fault began.
+_COMPILE: dict[str, float | None] = {"seconds": None, "started": None}
+_COMPILE_DEPTH = [0]
+
+
 def register_generated_code(filename: str, code: str) -> None:
     """Remember a generated module's text, so a fault inside it can name the template line."""
     _GENERATED_CODE[filename] = code.splitlines()
+
+
+def registered_code(filename: str) -> str | None:
+    """The generated module registered under ``filename``, or None."""
+    lines = _GENERATED_CODE.get(filename)
+    return None if lines is None else "\n".join(lines) + "\n"
 
 
 def is_template_frame(frame: FrameType) -> bool:
@@ -143,20 +183,25 @@ def _budgeted_concat(pieces) -> str:
 
 @contextmanager
 def render_budget(
-    seconds: float = DEFAULT_RENDER_SECONDS, characters: int = DEFAULT_RENDER_CHARACTERS
+    seconds: float = DEFAULT_RENDER_SECONDS,
+    characters: int = DEFAULT_RENDER_CHARACTERS,
+    compile_seconds: float | None = None,
 ) -> Iterator[None]:
     """Raise RenderBudgetExceeded in any render that runs longer than ``seconds`` or whose output
-    (the generated class's; Jinja's is not visible until it returns) passes ``characters``.
+    (the generated class's; Jinja's is not visible until it returns) passes ``characters``, and
+    CompileBudgetExceeded once one template's compile (a :func:`template_fault` block) has run
+    ``compile_seconds`` in all.
 
     A watchdog on SIGALRM (so only in the main thread; elsewhere nothing is limited) looks at the
     stack every tick: while the outermost template frame stays the same, one render is running.
     """
     _CHARACTER_LIMIT[0] = characters
+    _COMPILE["seconds"] = compile_seconds
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         try:
             yield
         finally:
-            _CHARACTER_LIMIT[0] = None
+            _CHARACTER_LIMIT[0] = _COMPILE["seconds"] = None
         return
     watched: dict[str, object] = {"root": None, "since": 0.0}
 
@@ -164,6 +209,12 @@ def render_budget(
         frames = template_frames(frame)
         root = frames[-1] if frames else None
         now = time.monotonic()
+        started, budget = _COMPILE["started"], _COMPILE["seconds"]
+        if started is not None and budget is not None and now - started > budget:
+            # stopped inside a render when one runs, to name its conversation (a few ticks of grace)
+            if root is not None or now - started > budget + COMPILE_GRACE_SECONDS:
+                _COMPILE["started"] = None  # raised once: the compile unwinds
+                raise CompileBudgetExceeded(budget, frame)
         if root is None or root is not watched["root"]:
             watched["root"], watched["since"] = root, now  # a strong reference: the frame is not reused
         elif now - watched["since"] > seconds:
@@ -181,7 +232,7 @@ def render_budget(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         watched["root"] = None
-        _CHARACTER_LIMIT[0] = None
+        _CHARACTER_LIMIT[0] = _COMPILE["seconds"] = None
 
 
 @contextmanager
@@ -189,13 +240,23 @@ def template_fault(template: str, source: str) -> Iterator[None]:
     """Turn a template's runaway computation into a CompileError naming its statement.
 
     An error raised with no template code on its stack is the compiler's own and passes through.
+    The outermost such block starts the whole-compile clock (:func:`render_budget`).
     """
+    _COMPILE_DEPTH[0] += 1
+    if _COMPILE_DEPTH[0] == 1:
+        _COMPILE["started"] = time.monotonic()
     try:
         yield
+    except CompileBudgetExceeded as exc:
+        where = describe_location(template, source, exc.location)
+        rendering = f", rendering the conversation {exc.conversation}" if exc.conversation else ""
+        raise CompileError(f"{where}the compile ran past {exc.what} (raise it with --budget){rendering}") from None
     except RenderBudgetExceeded as exc:
         where = describe_location(template, source, exc.location)
         option = "--render-budget" if " s budget" in exc.what else "--render-characters"
         raise CompileError(f"{where}one render ran past {exc.what} (raise it with {option})") from None
+    except CompileError:
+        raise
     except TEMPLATE_FAULTS as exc:
         frames = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__) if is_template_frame(frame)]
         if not frames:
@@ -204,3 +265,7 @@ def template_fault(template: str, source: str) -> Iterator[None]:
         where = describe_location(template, source, template_location(frame, line))
         reason = " ".join(str(exc).split()) or "no detail"
         raise CompileError(f"{where}the template raised {type(exc).__name__} ({reason[:200]})") from None
+    finally:
+        _COMPILE_DEPTH[0] -= 1
+        if _COMPILE_DEPTH[0] == 0:
+            _COMPILE["started"] = None

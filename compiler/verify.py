@@ -26,6 +26,7 @@ from .attribution import attribution_mismatch, needle_conversation, only_unmarke
 from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases, with_lead
 from .oracle import OracleRejected, TemplateOracle
+from .sandbox_probe import HOSTILE_CONTENTS, generated_code_of, unchecked_lookups
 
 DEFAULT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -55,6 +56,8 @@ class VerificationReport:
     attribution_checked: int = 0  # needle versions of the cases whose caller-text marks were exact
     attribution_refused: int = 0  # needle versions the template refused (nothing to check)
     attribution_unmarked: int = 0  # needle versions with caller text the runtime left unmarked
+    sandbox_probes: int = 0  # hostile conversations rendered alike (compiler.sandbox_probe)
+    sandbox_code_checked: bool = False  # the generated code read: every sandboxed lookup is jinja's
     first_unmarked: str | None = None
     failure: Failure | None = None
     notes: list[str] = field(default_factory=list)
@@ -93,6 +96,9 @@ class VerificationReport:
                 + (f", {self.attribution_unmarked} with caller text left unmarked: {self.first_unmarked}" if self.attribution_unmarked else "")
                 + ")"
             )
+        if self.sandbox_probes or self.sandbox_code_checked:
+            code = "code checked" if self.sandbox_code_checked else "code NOT checked (not at hand)"
+            parts.append(f"sandbox: {self.sandbox_probes} hostile conversations alike, {code}")
         if self.facts is not None:
             parts.append(self.facts.summary())
         if self.bridge is not None:
@@ -426,6 +432,10 @@ def verify(
         if failure is not None:
             report.failure = failure
             return report
+    if not keep_going:  # (the sandbox is the template's: probed against the template itself)
+        report.failure = sandbox_probe(checker, renderer_class)
+        if report.failure is not None:
+            return report
     if cases <= 0:
         return report
 
@@ -460,6 +470,28 @@ def verify(
         reason = f"the template rendered none of the {report.text_checked} conversations tried, so nothing was verified"
         report.failure = Failure(Case(list(PROBE_CONVERSATION), add_generation_prompt=True), reason)
     return report
+
+
+def sandbox_probe(checker: DifferentialChecker, renderer_class: type) -> Failure | None:
+    """The sandbox probe (:mod:`compiler.sandbox_probe`): the generated code reads every name the
+    sandbox checks through the runtime, and hostile contents render as under transformers."""
+    report = checker.report
+    code = generated_code_of(renderer_class)
+    if code is not None:
+        unchecked = unchecked_lookups(code)
+        if unchecked:
+            reason = f"the generated code reads {len(unchecked)} name(s) the sandbox checks as plain Python: {unchecked[:3]}"
+            return Failure(Case(list(PROBE_CONVERSATION), add_generation_prompt=True), reason)
+        report.sandbox_code_checked = True
+    verified = len(report.verified_cases)
+    for content in HOSTILE_CONTENTS:
+        case = Case([{"role": "user", "content": content}], add_generation_prompt=True)
+        failure = checker.check(case)
+        if failure is not None:
+            return dataclasses.replace(failure, reason=f"sandbox probe: {failure.reason}")
+        report.sandbox_probes += 1
+    del report.verified_cases[verified:]  # (probes only: the proofs that follow use the drawn cases)
+    return None
 
 
 def text_diff(expected: str, actual: str) -> str:

@@ -132,3 +132,46 @@ def test_a_small_tokenizer_is_proved_inline_where_that_is_cheaper_than_a_process
     encoder, _ = span_bpe_for(tokenizer, inline=False)
     assert encoder is not None and encoder.encode(TEXT) == _want(tokenizer)
     assert background_proof._started == []
+
+
+# --- nothing planted in the cache or the working folder steers the background proof ---------------
+
+
+def test_links_planted_at_the_job_log_and_lock_change_nothing(tmp_path, monkeypatch):
+    """Links planted in advance at the names the background proof uses: the job and the log point at
+    files outside the cache, the lock dangles (it once turned the fast engine off for good)."""
+    tokenizer = _tokenizer("ab", "xy")
+    marker = _marker(tokenizer)
+    marker.parent.mkdir(parents=True, mode=0o700)
+    outside = {name: tmp_path / f"outside-{name}" for name in ("job", "log")}
+    for path in outside.values():
+        path.write_text("precious\n")
+    background_proof.job_of(marker).symlink_to(outside["job"])
+    marker.with_name(marker.name + ".log").symlink_to(outside["log"])
+    marker.with_name(marker.name + ".proving").symlink_to(tmp_path / "nowhere")
+    _no_proof_here(monkeypatch)
+    encoder, why = span_bpe_for(tokenizer, inline=False)
+    assert encoder is None and "background process" in why
+    _wait_for_the_background_proof()
+    assert all(path.read_text() == "precious\n" for path in outside.values())
+    assert not (tmp_path / "nowhere").exists()
+    encoder, _ = span_bpe_for(tokenizer, inline=False)
+    assert encoder is not None and encoder.encode(TEXT) == _want(tokenizer)
+
+
+def test_the_background_process_imports_nothing_from_the_callers_folder(tmp_path, monkeypatch):
+    """A ``json.py`` where the caller runs (and on its PYTHONPATH) would run inside a worker started as
+    ``python -m`` there; the worker runs isolated (``python -I``) in the cache folder."""
+    working = tmp_path / "scratch"
+    working.mkdir()
+    ran = tmp_path / "json.py ran"
+    (working / "json.py").write_text(f"open({str(ran)!r}, 'w').close()\nfrom _json import *\n")
+    monkeypatch.chdir(working)
+    monkeypatch.setenv("PYTHONPATH", str(working))
+    tokenizer = _tokenizer("ab", "xy")
+    _no_proof_here(monkeypatch)
+    span_bpe_for(tokenizer, inline=False)
+    _wait_for_the_background_proof()
+    assert not ran.exists()
+    encoder, _ = span_bpe_for(tokenizer, inline=False)
+    assert encoder is not None and encoder.encode(TEXT) == _want(tokenizer)

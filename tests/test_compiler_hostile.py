@@ -390,3 +390,78 @@ def test_a_render_writing_without_end_fails_on_the_size_budget(tmp_path: Path, c
     line = one_error_line(capsys)
     assert line.startswith("error: writes.jinja:1:") and "100000-character budget" in line, line
     assert time.monotonic() - started < 30
+
+
+# --- every input ends in one clear line: deep nesting, a raising template, special files, --out ------
+
+NESTED = {
+    "1000 ifs": ("{% if messages %}" * 1000 + "x" + "{% endif %}" * 1000, "{% if %} nested 1000 deep"),
+    "150 ifs": ("{% if messages %}" * 150 + "x" + "{% endif %}" * 150, "{% if %} nested 150 deep"),
+    "25 fors": ("{% for m in messages %}" * 25 + "x" + "{% endfor %}" * 25, "{% for %} nested 25 deep"),
+    "500 parentheses": ("{{ " + "(" * 500 + "1" + ")" * 500 + " }}", "( nested 500 deep"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NESTED))
+def test_deep_nesting_is_one_error_line_naming_the_construct(tmp_path: Path, capsys, case: str):
+    nested, named = NESTED[case]
+    template = tmp_path / "deep.jinja"
+    template.write_text(TINY.replace("{% endfor %}", "{% endfor %}\n" + nested, 1), encoding="utf-8")
+    code = main(["generate", "--model", "test/deep", "--template", str(template), "--out", str(tmp_path / "out"), "--cases", "3", *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: deep.jinja:2: " + named), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_template_raising_key_error_is_one_error_line(tmp_path: Path, capsys):
+    template = tmp_path / "keys.jinja"
+    template.write_text(TINY + "{{ '%(missing)s' % {} }}", encoding="utf-8")
+    code = main(["generate", "--model", "test/keys", "--template", str(template), "--out", str(tmp_path / "out"), "--cases", "3", *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: keys.jinja:") and line.endswith(": the template raised KeyError ('missing')"), line
+
+
+def special_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    fifo = tmp_path / "fifo.jinja"
+    os.mkfifo(fifo)
+    (tmp_path / "folder.jinja").mkdir()
+    return {
+        "/dev/zero": (Path("/dev/zero"), "is a character device, not a regular file"),
+        "FIFO": (fifo, "is a FIFO (named pipe), not a regular file"),
+        "folder": (tmp_path / "folder.jinja", "is a folder, not a regular file"),
+        "missing": (tmp_path / "missing.jinja", "template file not found"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "FIFO", "folder", "missing"])
+def test_a_special_file_as_the_template_is_named_as_such(tmp_path: Path, capsys, kind: str):
+    path, named = special_files(tmp_path)[kind]
+    code = main(["generate", "--model", "test/special", "--template", str(path), "--out", str(tmp_path / "out"), *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert str(path) in line and named in line, line
+
+
+def test_an_empty_out_is_refused_not_the_working_folder(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    template = tmp_path / "tiny.jinja"
+    template.write_text(TINY, encoding="utf-8")
+    code = main(["generate", "--model", "test/tiny", "--template", str(template), "--out", "", "--cases", "3", *TOKENS])
+    assert code == 1
+    assert one_error_line(capsys) == "error: --out must be a folder path, got an empty one"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny.jinja"]
+
+
+def test_the_whole_compile_budget_ends_a_slow_template_naming_the_conversation(tmp_path: Path, capsys):
+    """Every render within its own budget, but each one slow: the whole-compile budget ends it."""
+    template = tmp_path / "slow.jinja"
+    slow = "{% for m in messages %}{% set x = (m.content ~ 'abc') * 20000000 %}{% endfor %}"
+    template.write_text(TINY + slow, encoding="utf-8")
+    code = main(["generate", "--model", "test/slow", "--template", str(template), "--out", str(tmp_path / "out"), "--cases", "3", "--budget", "1", *TOKENS])
+    assert code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: slow.jinja:1: ") and "the compile ran past the 1 s compile budget (raise it with --budget)" in line, line
+    assert ', rendering the conversation [{"role": ' in line, line
+    assert not (tmp_path / "out").exists()

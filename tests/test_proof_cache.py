@@ -64,7 +64,7 @@ def test_an_edited_marker_is_a_miss_never_wrong_ids(caplog):
         fast_encoder.forget()
         rank_bpe_plan(tokenizer)  # the rewritten marker is intact: no second miss
     assert plan.encode(TEXT) == _want(tokenizer)
-    assert [record.message for record in caplog.records if "digest" in record.message] != []
+    assert [record.message for record in caplog.records if "signature" in record.message] != []
     assert len(caplog.records) == 1, [record.message for record in caplog.records]
 
 
@@ -147,7 +147,7 @@ def test_a_failed_rename_leaves_no_temporary_file(monkeypatch):
     monkeypatch.setattr(os, "replace", fails)
     assert rank_bpe_plan(tokenizer)[0].encode(TEXT) == _want(tokenizer)
     folder = _marker(tokenizer).parent
-    assert list(folder.iterdir()) == []
+    assert [path.name for path in folder.iterdir()] == [".key"]  # the signing key, no temporary file
 
 
 @pytest.mark.parametrize(
@@ -186,3 +186,71 @@ def test_a_temporary_folder_of_someone_else_is_not_used(tmp_path, monkeypatch):
     tokenizer = _tokenizer("ab", "xy")
     assert rank_bpe_plan(tokenizer)[0].encode(TEXT) == _want(tokenizer)  # proved, just not remembered
     assert list(shared.iterdir()) == []
+
+
+# --- nobody else can steer ids through the cache ------------------------------------------------
+
+
+def _swapped(tokenizer: Tokenizer) -> tuple[str, str, str]:
+    """The marker of ``tokenizer`` with the ranks of two tokens swapped (a valid table: wrong ids if
+    trusted): ``(magic, header, body)``."""
+    magic, _, header, body = _marker(tokenizer).read_text().split("\n", 3)
+    ranks = fast_encoder._ranks_from_text(body)
+    ranks[b"ab"], ranks[b"xy"] = ranks[b"xy"], ranks[b"ab"]
+    return magic, header, fast_encoder._ranks_as_text(ranks)
+
+
+def test_a_forged_marker_is_a_miss(caplog):
+    """The forger knows the marker's name and format and recomputes its digest, but not the key."""
+    import hmac
+
+    tokenizer = _tokenizer("ab", "xy")
+    rank_bpe_plan(tokenizer)
+    magic, header, body = _swapped(tokenizer)
+    rest = (header + "\n" + body).encode()
+    forged_digests = [
+        "sha256:" + hashlib.sha256(rest).hexdigest(),  # the digest an unkeyed marker carried
+        "hmac-sha256:" + hmac.new(b"\0" * 32, rest, hashlib.sha256).hexdigest(),  # another key
+    ]
+    for digest in forged_digests:
+        _marker(tokenizer).write_text("\n".join([magic, digest, header, body]))
+        fast_encoder.forget()
+        assert rank_bpe_plan(tokenizer)[0].encode(TEXT) == _want(tokenizer)
+
+
+def test_a_forged_marker_in_a_group_writable_folder_is_not_used(caplog):
+    """A shared cache folder: the marker there may be anyone's, so it is not read (nor written), one
+    warning says so, and the HF backend encodes."""
+    tokenizer = _tokenizer("ab", "xy")
+    rank_bpe_plan(tokenizer)
+    marker = _marker(tokenizer)
+    magic, header, body = _swapped(tokenizer)
+    key = (marker.parent / ".key").read_bytes()  # even a marker signed with the right key
+    import hmac
+
+    rest = (header + "\n" + body).encode()
+    marker.write_text("\n".join([magic, "hmac-sha256:" + hmac.new(key, rest, hashlib.sha256).hexdigest(), header, body]))
+    fast_encoder.forget()
+    assert rank_bpe_plan(tokenizer)[0].encode(TEXT) != _want(tokenizer)  # (so the forgery would steer ids)
+    marker.parent.chmod(0o775)
+    fast_encoder.forget()
+    proof_cache._logged.clear()
+    with caplog.at_level(logging.WARNING, logger="rllm_renderers.encoding.proof_cache"):
+        for _ in range(3):
+            encoder = TextEncoder(tokenizer, backend="auto")
+            assert encoder.backend == "hf" and "written by other users" in encoder.backend_reason
+            assert encoder.encode(TEXT) == _want(tokenizer)
+    assert len(caplog.records) == 1, [record.message for record in caplog.records]
+
+
+def test_a_marker_that_is_a_symbolic_link_is_not_followed(tmp_path):
+    tokenizer = _tokenizer("ab", "xy")
+    rank_bpe_plan(tokenizer)
+    marker = _marker(tokenizer)
+    elsewhere = tmp_path / "elsewhere"
+    marker.rename(elsewhere)
+    marker.symlink_to(elsewhere)
+    assert proof_cache.read_marker(marker, {}) is None
+    fast_encoder.forget()
+    assert rank_bpe_plan(tokenizer)[0].encode(TEXT) == _want(tokenizer)
+    assert not marker.is_symlink()  # replaced by a marker of its own, the link's target untouched

@@ -323,7 +323,8 @@ class ExpressionLowering:
             target = self.expr(function.node)
             method = attribute(target.node, function.attr)
             if sandbox_may_refuse(function.attr):
-                # `context.update(...)`: the sandbox refuses a mutating method (the call raises), it never runs
+                # `context.update(...)`: the sandbox refuses a mutating method (the call raises), it never
+                # runs; `"{0.x}".format(v)`: the sandbox's formatter looks the fields up
                 method = call("jinja.getattribute", target.node, const(function.attr))
             return PyExpr(ast.Call(func=method, args=arguments, keywords=keywords))
         if isinstance(function, nodes.Name):
@@ -332,8 +333,9 @@ class ExpressionLowering:
                 raise self.error(node, f"cannot translate a call to the unknown function {function.name!r}")
             is_str = function.name in self.macros or function.name == "caller"
             return PyExpr(ast.Call(func=resolved.node, args=arguments, keywords=keywords), is_str=is_str)
-        if isinstance(function, (nodes.Getitem, nodes.Call)):
-            # a macro held in a list or dict (`macros[i](*params[i])`), or one a call returns
+        if isinstance(function, (nodes.Getitem, nodes.Call, nodes.Filter)):
+            # a macro held in a list or dict (`macros[i](*params[i])`), one a call returns, a method
+            # `| attr(name)` read (the sandbox's lookup: `str.format` comes back sandboxed)
             return PyExpr(ast.Call(func=self.expr(function).node, args=arguments, keywords=keywords))
         raise self.error(node, f"cannot translate a call of {describe(function)}")
 

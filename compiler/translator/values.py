@@ -237,8 +237,8 @@ class ValueKinds:
         Template data (inputs, knobs and what is read from them) is wrapped so that a missing key
         or index reads as Undefined; computed values are plain Python objects.
         """
-        if isinstance(node, nodes.Name):
-            return node.name in self.computed_names
+        if isinstance(node, nodes.Name):  # (a global, `raise_exception` or `namespace`, is a Python object)
+            return node.name in self.computed_names or node.name in template_runtime.GLOBALS
         if isinstance(node, nodes.Getattr) and node.attr in self.computed_attributes:
             if isinstance(node.node, nodes.Name) and node.node.name in self.namespace_names:
                 return True

@@ -7,7 +7,7 @@ that once is the first renderer an engine builds, often inside its event loop.  
 a renderer that finds no remembered verdict does not wait for one:
 
 * it encodes with the HF backend (exact: it is the tokenizer's own pipeline) meanwhile;
-* a background process (``python -m rllm_renderers.encoding.proof_worker``, in its own
+* a background process (``python -I`` running ``rllm_renderers.encoding.proof_worker``, in its own
   session, niced, output to a log beside the marker) runs the proof and writes the marker;
 * from then on the renderer (and every one built later) uses the fast engine: an encoder built
   while the proof ran checks for the verdict when it is used (a ``stat``) and is replaced.
@@ -17,7 +17,14 @@ than starting a process.
 
 At most one such process runs per tokenizer content: it holds ``<marker>.proving`` (created with
 ``O_EXCL``, holding its pid).  A lock whose process is gone, with no marker written, means the
-proof failed there: the next renderer proves in its own process, so that the failure is seen.
+proof failed there: the next renderer proves in its own process, so that the failure is seen.  A
+lock that is not a regular file of this user (a dangling symbolic link, a FIFO, someone else's) is
+no lock: it is removed.
+
+The job file and the log are created anew (mode 0600, ``O_EXCL | O_NOFOLLOW``: what was at their
+names is removed, never followed).  The process runs isolated: ``python -I`` (no ``PYTHONPATH``, no
+user site, not the caller's folder on ``sys.path``) in the cache folder, so a ``json.py`` where the
+caller happens to be is never imported.
 
 ``RLLM_RENDERERS_PROOF=inline`` proves in the renderer's own process instead, as the compiler and
 the tests do (they must run the engine that will serve); an explicitly requested engine
@@ -36,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import proof_cache
+
 __all__ = ["MODES", "Pending", "proof_mode", "start", "finished", "job_of"]
 
 MODES = ("background", "inline")
@@ -46,6 +55,10 @@ INLINE_BELOW_CHARACTERS = 256 * 1024
 
 #: The module the background process runs.
 WORKER = "rllm_renderers.encoding.proof_worker"
+
+#: What ``python -I -c`` runs: the package's own folder (argument 1) on ``sys.path``, then the worker
+#: with the rest of the arguments (constant code: the paths reach it as arguments, never as code).
+BOOTSTRAP = f"import sys; sys.path.insert(0, sys.argv[1]); from {WORKER} import main; sys.exit(main(sys.argv[2:]))"
 
 # Background processes started by this one (kept so that they are reaped, not left as zombies).
 _started: list[subprocess.Popen] = []
@@ -83,12 +96,17 @@ STALE_SECONDS = 600
 
 
 def _running(lock: Path) -> bool | None:
-    """True: a live process holds ``lock``; False: its process is gone; None: no lock."""
-    try:
-        age = time.time() - lock.stat().st_mtime
-        pid = int(lock.read_text().strip() or 0)
-    except FileNotFoundError:
+    """True: a live process holds ``lock``; False: its process is gone; None: no lock (a lock that is
+    not a regular file of this user, a dangling link for one, is removed: no lock either)."""
+    handle = proof_cache.open_private(lock)
+    if handle is None:
+        if os.path.lexists(lock):
+            _remove(lock)
         return None
+    try:
+        with os.fdopen(handle, "rb") as file:
+            age = time.time() - os.fstat(file.fileno()).st_mtime
+            pid = int(file.read(32).strip() or 0)
     except (OSError, ValueError):
         return False
     if pid == 0:  # created, its pid not written yet
@@ -110,8 +128,8 @@ def start(tokenizer_json: str, marker: Path, facts: dict[str, Any]) -> Pending |
         return None
     if running is None:
         try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         except FileExistsError:
             pass  # another process has just started it
         except OSError:
@@ -150,16 +168,16 @@ def _launch(lock_file: Any, tokenizer_json: str, marker: Path, facts: dict[str, 
     # The lock names this process until the child's pid is known: never a pid nobody holds.
     lock_file.write(str(os.getpid()))
     lock_file.flush()
-    job_of(marker).write_text(tokenizer_json, encoding="utf-8", errors="surrogatepass")
+    with os.fdopen(proof_cache.create_private(job_of(marker)), "wb") as job:
+        job.write(tokenizer_json.encode("utf-8", "surrogatepass"))
     package_root = str(Path(__file__).resolve().parents[2])
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    with open(marker.with_name(marker.name + ".log"), "ab") as log:
+    with os.fdopen(proof_cache.create_private(marker.with_name(marker.name + ".log")), "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", WORKER, str(marker), json.dumps(facts)],
+            [sys.executable, "-I", "-c", BOOTSTRAP, package_root, str(marker), json.dumps(facts)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env=environment,
+            cwd=marker.parent,
             start_new_session=True,
             close_fds=True,
         )

@@ -101,8 +101,9 @@ from .span_bpe import BYTE_OF, SpanBpe, bytes_of_byte_level, coverage_note
 __all__ = ["RankBpe", "rank_bpe_plan", "span_bpe_for"]
 
 # ByteLevel's pre-tokenizer regex when ``use_regex`` is on (the GPT-2 pattern).
-#: Bumped when the conditions proved here change (invalidates remembered proofs).
-PROOF_VERSION = "5"
+#: Bumped when the conditions proved here or the marker's format change (invalidates remembered
+#: proofs; 6: markers are signed, :mod:`rllm_renderers.encoding.proof_cache`).
+PROOF_VERSION = "6"
 
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -681,7 +682,13 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bo
                 proved = _PROOFS.get(content)
             if proved is None:
                 facts = _live_facts(content, (nfc, tuple(stages), pattern))
-                proved = _prove(tokenizer_json, _proof_marker(content), facts, inline=inline)
+                marker = _proof_marker(content)
+                problem = None if marker is None else proof_cache.folder_problem(marker)
+                if problem is not None:  # anyone may have written there: the exact HF backend encodes
+                    proved = (None, f"the proof cache is not used, {problem}: the HF backend encodes")
+                    proof_cache.log_once("folder:" + str(marker.parent), "%s", proved[1])
+                else:
+                    proved = _prove(tokenizer_json, marker, facts, inline=inline)
                 if isinstance(proved, background_proof.Pending):  # HF for now, asked again next time
                     return None, proved
                 _keep(_PROOFS, content, proved)

@@ -1,5 +1,5 @@
 """The background process of :mod:`rllm_renderers.encoding.background_proof`:
-``python -m rllm_renderers.encoding.proof_worker MARKER FACTS`` proves the tokenizer JSON waiting
+``python -I -c BOOTSTRAP PACKAGE_ROOT MARKER FACTS`` (``main(MARKER, FACTS)``) proves the tokenizer JSON waiting
 beside ``MARKER`` (after checking it is the content ``FACTS`` names) and writes the verdict there."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .background_proof import finished, job_of
 from .fast_encoder import prove_and_remember
+from .proof_cache import read_private
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:
         pass
     job = job_of(marker)
-    tokenizer_json = job.read_text(encoding="utf-8", errors="surrogatepass")
+    data = read_private(job)  # (a regular file of this user, never through a symbolic link)
+    if data is None:
+        print(f"{job} is not a file of this user: not proved", file=sys.stderr)
+        return 1
+    tokenizer_json = data.decode("utf-8", "surrogatepass")
     content = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
     if content != facts.get("content"):
         print(f"{job} is not the tokenizer {facts.get('content')} (sha256 {content}): not proved", file=sys.stderr)

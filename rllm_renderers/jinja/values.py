@@ -16,10 +16,15 @@ public here; generated code only ever imports that module, as ``jinja``):
 
 from __future__ import annotations
 
+import string
 import types
+from _string import formatter_field_name_split
 from collections import deque
 from collections.abc import Mapping, MutableMapping, MutableSequence, MutableSet
 from typing import Any, Callable
+
+from markupsafe import EscapeFormatter
+from markupsafe import Markup as _Markup
 
 __all__ = [
     "TemplateError",
@@ -170,6 +175,9 @@ class TemplateDict(dict):
             return _safe_getattr(self, key, getattr(self, key))
         return Undefined(key, self)
 
+    def __format__(self, spec: str) -> str:  # (`"{0:>9}".format(d)`: the error names a dict, as in Jinja)
+        return _format_as(dict, self, spec)
+
 
 class TemplateList(list):
     """A list whose out-of-range indexes read as :class:`Undefined` (a method name as the method, as in
@@ -188,6 +196,16 @@ class TemplateList(list):
             if isinstance(index, str) and hasattr(list, index):
                 return _safe_getattr(self, index, getattr(self, index))
             return Undefined(index, self)
+
+    def __format__(self, spec: str) -> str:
+        return _format_as(list, self, spec)
+
+
+def _format_as(kind: type, value: Any, spec: str) -> str:
+    """``format(value, spec)`` of a wrapped dict or list as of the plain ``kind`` it wraps."""
+    if spec:
+        raise TypeError(f"unsupported format string passed to {kind.__name__}.__format__")
+    return str(value)
 
 
 class TemplateStr(str):
@@ -210,6 +228,9 @@ class TemplateStr(str):
 
     def __iter__(self):
         return map(TemplateStr, str.__iter__(self))
+
+    def __format__(self, spec: str) -> str:  # (a bad spec's error names a str, as in Jinja)
+        return format(str.__str__(self), spec)
 
 
 class Namespace:
@@ -364,9 +385,66 @@ def getattr_only(obj: Any, name: str) -> Any:
 
 
 def _safe_getattr(obj: Any, name: str, value: Any) -> Any:
+    if name in _FORMAT_METHODS:
+        sandboxed = wrap_str_format(value)
+        if sandboxed is not None:
+            return sandboxed
     if isinstance(value, Undefined) or is_safe_attribute(obj, name):  # (an Undefined: nothing was found)
         return value
     return _unsafe(obj, name)
+
+
+# --- str.format / str.format_map ------------------------------------------------------
+
+_FORMAT_METHODS = frozenset(["format", "format_map"])
+
+
+def wrap_str_format(value: Any) -> Callable[..., str] | None:
+    """The sandbox's ``wrap_str_format``: a str's bound ``format`` / ``format_map`` becomes a function
+    whose replacement fields (``{0.name}``, ``{0[key]}``) look attributes and items up as the sandbox
+    does (:func:`getattribute` / :func:`getitem`), so ``"{0.__class__}".format(x)`` renders an unsafe
+    Undefined (``""``) and ``"{0.__globals__[os]}"`` raises, as under transformers. The wrapping
+    happens when the method is looked up, so every later call of it is sandboxed."""
+    if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) or value.__name__ not in _FORMAT_METHODS:
+        return None
+    text = value.__self__
+    if not isinstance(text, str):
+        return None
+    formatter = _SandboxedEscapeFormatter(text.escape) if isinstance(text, _Markup) else _SandboxedFormatter()
+    result_type = _Markup if isinstance(text, _Markup) else str  # (Jinja: type(text), a plain str there)
+    is_format_map = value.__name__ == "format_map"
+
+    def sandboxed_format(*args: Any, **kwargs: Any) -> str:
+        if is_format_map:
+            if kwargs:
+                raise TypeError("format_map() takes no keyword arguments")
+            if len(args) != 1:
+                raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+            kwargs = args[0]
+            args = ()
+        return result_type(formatter.vformat(text, args, kwargs))
+
+    sandboxed_format.__name__ = value.__name__
+    sandboxed_format.__qualname__ = value.__qualname__
+    return sandboxed_format
+
+
+class _SandboxedFormatter(string.Formatter):
+    """``string.Formatter`` whose field lookups are the sandbox's (jinja2's ``SandboxedFormatter``)."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        first, rest = formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attribute, key in rest:
+            obj = getattribute(obj, key) if is_attribute else getitem(obj, key)
+        return obj, first
+
+
+class _SandboxedEscapeFormatter(_SandboxedFormatter, EscapeFormatter):
+    """The same for a Markup's format: every field escaped (jinja2's ``SandboxedEscapeFormatter``)."""
+
+    def __init__(self, escape: Callable[[Any], Any]) -> None:
+        super().__init__(escape)
 
 
 def _unsafe(obj: Any, name: str) -> Undefined:
@@ -395,13 +473,15 @@ _INTERNAL_ATTRIBUTES: tuple[tuple[Any, frozenset[str]], ...] = (
 
 
 # Every name is_safe_attribute refuses on some value (underscore names aside).
-_REFUSED_NAMES = frozenset({"mro"}).union(*(names for _, names in (*_MUTATING_METHODS, *_INTERNAL_ATTRIBUTES)))
+_REFUSED_NAMES = frozenset({"mro"}).union(
+    _FORMAT_METHODS, *(names for _, names in (*_MUTATING_METHODS, *_INTERNAL_ATTRIBUTES))
+)
 
 
 def sandbox_may_refuse(name: str) -> bool:
-    """Whether the sandbox refuses ``x.name`` for some value ``x`` (``dict.update``, ``list.append``,
-    ``__class__``...): a translation must read such a name through :func:`getattribute`, never as a
-    plain Python attribute, whose method would run."""
+    """Whether the sandbox refuses or intercepts ``x.name`` for some value ``x`` (``dict.update``,
+    ``list.append``, ``__class__``, ``str.format``...): a translation must read such a name through
+    :func:`getattribute`, never as a plain Python attribute, whose method would run unchecked."""
     return name.startswith("_") or name in _REFUSED_NAMES
 
 
@@ -416,10 +496,16 @@ def is_safe_attribute(obj: Any, name: str) -> bool:
     for kind, internal in _INTERNAL_ATTRIBUTES:
         if isinstance(obj, kind) and name in internal:
             return False
+    return not modifies_known_mutable(obj, name)
+
+
+def modifies_known_mutable(obj: Any, name: str) -> bool:
+    """Whether ``obj.name`` is a method that modifies a list, dict, set or deque (what the immutable
+    sandbox refuses on top of the plain sandbox's rules)."""
     for kind, mutating in _MUTATING_METHODS:
         if isinstance(obj, kind):
-            return name not in mutating
-    return True
+            return name in mutating
+    return False
 
 
 # --- attribute paths (``map(attribute="a.b")``, ``sort(attribute="0")``) ----------------
