@@ -6,7 +6,82 @@ synthetic one of :mod:`compiler.markers`), and must verify with every fact prove
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from compiler.markers import rendered_markers
+from compiler.pipeline import generate
+from compiler.source import resolve_source
+from rllm_renderers.bridging.memory import PromptHistories
+from tests.test_fact_proof import assert_proven
+
+#: Mistral-7B-Instruct-v0.3's and Mistral-Large-Instruct-2407's call/result form: the call id written
+#: after the arguments, ``]`` + eos closing the calls, ``[TOOL_RESULTS]`` with the ``call_id``.
+MISTRAL_CALLS = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m.role == 'user' %}[INST] {{ m.content }}[/INST]"
+    "{% elif m.tool_calls %}[TOOL_CALLS] [{% for c in m.tool_calls %}{% set out = c.function | tojson %}"
+    "{{ out[:-1] }}, \"id\": \"{{ c.id }}\"}}{% if not loop.last %}, {% endif %}{% endfor %}]{{ eos_token }}"
+    "{% elif m.role == 'assistant' %} {{ m.content | trim }}{{ eos_token }}"
+    "{% elif m.role == 'tool' %}[TOOL_RESULTS] {\"content\": {{ m.content | string }}, "
+    "\"call_id\": \"{{ m.tool_call_id }}\"}[/TOOL_RESULTS]{% endif %}{% endfor %}"
+)
+MISTRAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}  # (as a tokenizer_config gives them)
+
+
+def generate_file(tmp_path: Path, name: str, template: str, *, cases: int = 12, special_tokens=None):
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(template, encoding="utf-8")
+    source = resolve_source(f"test/{name}", template=path, allow_hub=False)
+    _, report, compiled = generate(source, tmp_path, cases=cases, seed=0, special_tokens=special_tokens)
+    return report, compiled
+
+
+def test_a_marker_found_in_a_render_never_holds_a_known_marker():
+    """``"]" + eos_token`` before ``[TOOL_RESULTS]`` renders ``]</s>[``, which has the shape of a
+    bracketed marker (``]~b]``): as a token of the synthetic tokenizer it swallowed the stop ``</s>``,
+    so the template's render tokenized the turn's end otherwise than the sampled turn, and the bridge
+    after a tool call counted wrong (issue 40) as did the ids-only bridge after ``[]</s>`` (38.8)."""
+    text = '[INST] u[/INST][TOOL_CALLS] [{"id": "c"}]</s>[TOOL_RESULTS] r[/TOOL_RESULTS] x]~b] y'
+    render = lambda messages, tools=None, add_generation_prompt=False: text  # noqa: E731
+    assert "]</s>[" in rendered_markers(render)  # (the shape alone)
+    found = rendered_markers(render, known={"</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]"})
+    assert "]</s>[" not in found and "]~b]" in found  # the shape still finds a marker of its own
+
+
+def test_mistral_call_and_result_bridge_exactly_with_its_eos(tmp_path):
+    report, compiled = generate_file(tmp_path, "mistral_calls", MISTRAL_CALLS, special_tokens=MISTRAL_TOKENS)
+    assert_proven(report, compiled, bridged=True)
+    special = [token for token in compiled.check_tokenizer.get_added_vocab() if "</s>" in token]
+    assert special == ["</s>"], special
+    # the point of the issue, with the history given, recalled, and read back from the ids alone
+    renderer = compiled_renderer(compiled)
+    history = [{"role": "user", "content": "What is the weather in Paris?"}]
+    call = {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
+    turn = {"role": "assistant", "content": None, "tool_calls": [{"id": "call00001", "type": "function", "function": call}]}
+    result = [{"role": "tool", "tool_call_id": "call00001", "content": '{"sky": "sunny"}'}]
+    for text, new in (("Sunny []", [{"role": "user", "content": "<end_of_turn>"}]), (None, result)):
+        sampled = turn if text is None else {"role": "assistant", "content": text}
+        prompt = renderer.render_ids(history, add_generation_prompt=True)
+        full = renderer.render_ids(history + [sampled] + new, add_generation_prompt=True)
+        completion = full[len(prompt) : full.index(renderer.get_stop_token_ids()[0]) + 1]
+        assert renderer.decode(completion).endswith("]</s>")
+        stranger = compiled_renderer(compiled)
+        stranger.prompt_histories = PromptHistories()
+        for bridged in (
+            renderer.bridge_to_next_turn(prompt, completion, new, messages=history),
+            renderer.bridge_to_next_turn(prompt, completion, new),
+            stranger.bridge_to_next_turn(prompt, completion, new),
+        ):
+            assert bridged is not None and list(bridged.token_ids) == full
+
+
+def compiled_renderer(compiled):
+    from compiler.pipeline import load_renderer_class
+
+    renderer_class = load_renderer_class(compiled.code, compiled.spec.module, compiled.spec.class_name)
+    return renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
 
 
 # --- scripts/heldout.py compares each run with the previous one -----------------------------
