@@ -84,6 +84,38 @@ def compiled_renderer(compiled):
     return renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders)
 
 
+#: AI21-Jamba-Large-1.6: a knob read as text only when it is defined; the compiler's bool for it
+#: makes the template call ``.strip()`` on a bool (Jinja raises there).
+JAMBA_PREAMBLE = (
+    "{% set is_generation_preamble_set = generation_preamble is defined %}{{ bos_token }}"
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|eom|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>"
+    "{% if is_generation_preamble_set and generation_preamble.strip() != '' %}{{ generation_preamble }}{% endif %}"
+    "{% endif %}"
+)
+
+
+def test_a_knob_value_the_template_cannot_take_is_a_refused_render(tmp_path):
+    report, compiled = generate_file(tmp_path, "jamba_preamble", JAMBA_PREAMBLE)
+    assert_proven(report, compiled)
+    renderer_class = type(compiled_renderer(compiled))
+    user = [{"role": "user", "content": "Hi"}]
+    build = lambda **knobs: renderer_class(compiled.check_tokenizer, special_tokens=compiled.placeholders, **knobs)  # noqa: E731
+    with pytest.raises(ValueError, match="'bool object' has no attribute 'strip'"):
+        build(generation_preamble=True).render_text(user, add_generation_prompt=True)
+    assert build(generation_preamble="Sure:").render_text(user, add_generation_prompt=True).endswith("<|assistant|>Sure:")
+
+    # only the template's own call of a method on one of its plain values is Jinja's refusal:
+    # the same error raised by anything else (a bug of the runtime) still surfaces as itself
+    def broken(*arguments):
+        raise AttributeError("'object' object has no attribute 'strip'", name="strip", obj=object())
+
+    renderer = build()
+    renderer.render_template = broken
+    with pytest.raises(AttributeError):
+        renderer.render_text(user, add_generation_prompt=True)
+
+
 # --- scripts/heldout.py compares each run with the previous one -----------------------------
 
 
