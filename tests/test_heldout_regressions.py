@@ -6,10 +6,12 @@ synthetic one of :mod:`compiler.markers`), and must verify with every fact prove
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from compiler.attribution import attribution_mismatch
 from compiler.markers import rendered_markers
 from compiler.pipeline import generate
 from compiler.source import resolve_source
@@ -114,6 +116,41 @@ def test_a_knob_value_the_template_cannot_take_is_a_refused_render(tmp_path):
     renderer.render_template = broken
     with pytest.raises(AttributeError):
         renderer.render_text(user, add_generation_prompt=True)
+
+
+#: Command-A reasoning: a tool result is read as a list of results, so a string is written a
+#: character at a time, each character a JSON string of its own.
+RESULTS_PER_ITEM = (
+    "{% for m in messages %}{% if m.role == 'tool' %}<|START_TOOL_RESULT|>{\n"
+    '{% for r in m.content %}            "{{ loop.index0 }}": {{ r | tojson }}{% if not loop.last %},\n{% endif %}'
+    "{% endfor %}\n}<|END_TOOL_RESULT|>"
+    "{% elif m.role == 'assistant' %}<|CHATBOT|>{% if m.tool_calls %}<|START_ACTION|>"
+    '{% for c in m.tool_calls %}{"tool_name": "{{ c.function.name }}", "parameters": {{ c.function.arguments | tojson }}}'
+    "{% endfor %}<|END_ACTION|>{% else %}{{ m.content }}{% endif %}<|END_OF_TURN|>"
+    "{% else %}<|USER|>{{ m.content }}<|END_OF_TURN|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|CHATBOT|>{% endif %}"
+)
+
+
+def test_a_message_string_written_a_character_at_a_time_is_its_text(tmp_path):
+    report, compiled = generate_file(tmp_path, "results_per_item", RESULTS_PER_ITEM, cases=8)
+    assert_proven(report, compiled, bridge=False)
+    assert report.attribution_checked > 0
+
+
+def test_the_attribution_check_accepts_a_needle_only_when_its_pieces_spell_it():
+    owners = {"Zq2x5Q": frozenset({2}), "Zq2x6Q": frozenset({2})}
+    text = '{"0": "Z",\n"1": "q",\n"2": "2",\n"3": "x",\n"4": "5",\n"5": "Q"}'
+    pieces = [(match.start(1), match.end(1), 2) for match in re.finditer(r': "(.)"', text)]  # the values
+    assert "".join(text[low:high] for low, high, _ in pieces) == "Zq2x5Q"
+    assert attribution_mismatch(text, pieces, owners) is None
+    # the same characters marked as another message's, or a stray template character marked: wrong
+    assert "marked as message 3's text but is not" in attribution_mismatch(text, [(l, h, 3) for l, h, _ in pieces], owners)
+    stray = text.index("3")  # a key the template writes
+    assert "is not" in attribution_mismatch(text, sorted(pieces + [(stray, stray + 1, 2)]), owners)
+    # pieces that do not spell the needle in order
+    shuffled = text.replace('"Z"', '"q"', 1).replace('"1": "q"', '"1": "Z"')
+    assert "is not" in attribution_mismatch(shuffled, pieces, owners)
 
 
 # --- scripts/heldout.py compares each run with the previous one -----------------------------
