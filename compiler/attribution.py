@@ -140,9 +140,11 @@ def attribution_mismatch(
         if offset in actual and actual[offset] not in expected[offset]:
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but marked as message {actual[offset]}'s"
+    spelled = _needles_written_in_pieces(text, actual, expected, owners)
     for offset in sorted(actual):
         if (
             offset not in expected
+            and offset not in spelled
             and text[offset] not in JSON_PUNCTUATION
             and not _slice_of_own_needle(text, actual, offset, owners)
         ):
@@ -154,6 +156,43 @@ def attribution_mismatch(
             whose = " or ".join(map(str, sorted(expected[offset])))
             return f"character {offset} ({_around(text, offset)}) is message {whose}'s text but {UNMARKED}"
     return None
+
+
+def _needles_written_in_pieces(
+    text: str, actual: dict[int, int], expected: dict[int, frozenset[int]], owners: dict[str, frozenset[int]]
+) -> set[int]:
+    """The marked characters that are a needle written in pieces: runs marked as one message's, with
+    only unmarked template text between them, that spell one of its needles in order. A template
+    that iterates over a message's string writes it a character at a time, each in text of its own
+    (Command-A's tool results: ``{% for r in content %}"{{ loop.index0 }}": {{ r|tojson }}``): every
+    piece is that message's text. Anything else marked between the pieces breaks the spelling."""
+    runs: list[tuple[int, int, int]] = []  # (low, high, message) of marked text no whole needle covers
+    for offset in sorted(actual):
+        if offset in expected:
+            continue
+        if runs and runs[-1][1] == offset and runs[-1][2] == actual[offset]:
+            runs[-1] = (runs[-1][0], offset + 1, actual[offset])
+        else:
+            runs.append((offset, offset + 1, actual[offset]))
+    forms = {
+        index: {form for needle, owner in owners.items() if index in owner for form in (needle, needle.upper(), needle.lower())}
+        for index in {index for _, _, index in runs}
+    }
+    spelled: set[int] = set()
+    pieces: list[tuple[int, int, int]] = []  # the runs spelling the start of a needle so far
+    for run in runs:
+        if pieces and pieces[-1][2] != run[2]:
+            pieces = []  # another message's text between two pieces: not one needle
+        word = "".join(text[low:high] for low, high, _ in pieces + [run])
+        if not any(form.startswith(word) for form in forms[run[2]]):
+            pieces, word = [], text[run[0] : run[1]]
+            if not any(form.startswith(word) for form in forms[run[2]]):
+                continue
+        pieces.append(run)
+        if word in forms[run[2]]:
+            spelled.update(offset for low, high, _ in pieces for offset in range(low, high))
+            pieces = []
+    return spelled
 
 
 def _slice_of_own_needle(text: str, actual: dict[int, int], offset: int, owners: dict[str, frozenset[int]]) -> bool:

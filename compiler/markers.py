@@ -70,10 +70,17 @@ _NEEDLE_CONVERSATIONS = [
 ]
 
 
-def rendered_markers(render: Callable[..., str]) -> frozenset[str]:
+def rendered_markers(render: Callable[..., str], known: Iterable[str] = ()) -> frozenset[str]:
     """The marker strings in the template's renders of needle conversations
-    (``render(messages, tools=..., add_generation_prompt=...)``; one it rejects is skipped)."""
+    (``render(messages, tools=..., add_generation_prompt=...)``; one it rejects is skipped).
+
+    ``known``: the markers already known (the literals', the special tokens'). Each is a token of
+    its own, so a new marker is looked for only in the text between them: Mistral's ``"]" +
+    eos_token`` before ``[TOOL_RESULTS]`` renders ``]</s>[``, which the bracketed-punctuation shape
+    matches, and a token ``]</s>[`` would swallow the stop ``</s>`` (no real tokenizer has it)."""
     found: set[str] = set()
+    known = sorted({marker for marker in known if marker}, key=len, reverse=True)
+    between_known = re.compile("|".join(map(re.escape, known))) if known else None
     for messages, tools in _NEEDLE_CONVERSATIONS:
         given = json.dumps([messages, tools], ensure_ascii=False)
         for add_generation_prompt in (False, True):
@@ -81,7 +88,8 @@ def rendered_markers(render: Callable[..., str]) -> frozenset[str]:
                 text = render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
             except Exception:  # noqa: BLE001 - a template may refuse any of these; the others still count
                 continue
-            found.update(marker for marker in MARKER_PATTERN.findall(text) if marker not in given)
+            for piece in between_known.split(text) if between_known else [text]:
+                found.update(marker for marker in MARKER_PATTERN.findall(piece) if marker not in given)
     return frozenset(found)
 
 

@@ -165,7 +165,7 @@ def prepare_source(source: TemplateSource, *, special_tokens: dict[str, str] | N
         # the literals' markers, and those the template computes (Hunyuan's '<think{}>'.format(tag))
         text_only = TemplateOracle(source.source, special_tokens={**placeholders, **given})
         markers = template_markers(ast, [*placeholders.values(), *given.values(), *source.added_tokens])
-        markers |= rendered_markers(text_only.render_text)
+        markers |= rendered_markers(text_only.render_text, known=markers)
         check_tokenizer = synthetic_tokenizer(markers, {**placeholders, **given})
         parity = "structural" if markers else "text"
     oracle = TemplateOracle(source.source, tokenizer=check_tokenizer, special_tokens={**placeholders, **given})

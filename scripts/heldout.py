@@ -17,6 +17,13 @@ and the bridge from each such sampled turn to the next message is checked agains
 (wrong tokens, or None where the full render extends the sample).
 
     python scripts/heldout.py FOLDER [--cases 40] [--timeout 600] [--out /tmp/heldout] [--table FILE]
+                                     [--results FILE] [--accept]
+
+Each run is compared with the previous one, kept beside the folder (``FOLDER.results.json``):
+a template that verified then and does not now is a regression, and the run exits 1 naming it.
+The results file is rewritten only by a run without regressions, or with ``--accept`` (a change
+that is meant to refuse what it verified before): a regression keeps failing until it is fixed
+or accepted. The first run, with no results file yet, sets the baseline.
 
 The templates stay outside the repository: this is for checking generality on templates nobody
 tuned the compiler to.
@@ -25,6 +32,7 @@ tuned the compiler to.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -196,6 +204,50 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(rows) + f"\n\nverified: {verified}/{len(outcomes)}\n"
 
 
+def results_path(folder: Path) -> Path:
+    """Where a folder's previous results are kept: beside it, not in it (its ``*.jinja`` stay templates)."""
+    folder = folder.resolve()
+    return folder.parent / f"{folder.name}.results.json"
+
+
+def load_results(path: Path) -> dict[str, dict]:
+    """The previous run's outcome per template, or {} when there is none yet."""
+    if not path.is_file():
+        return {}
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        return {name: dict(entry) for name, entry in recorded["templates"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise SystemExit(f"error: {path} is not a held-out results file ({error}); move it away to start anew")
+
+
+def save_results(path: Path, outcomes: list[Outcome], cases: int) -> None:
+    entries = {o.template: {"result": o.result, "detail": o.detail} for o in outcomes}
+    text = json.dumps({"cases": cases, "templates": entries}, indent=1, sort_keys=True) + "\n"
+    partial = path.with_name(path.name + ".partial")  # (a crash mid-write leaves the old file whole)
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def compare(previous: dict[str, dict], outcomes: list[Outcome]) -> tuple[list[str], list[str]]:
+    """(regressions, other changes) of this run against the previous one. A regression is a template
+    that verified before and does not now; the other changes are worth a look but fail nothing."""
+    regressions, changes = [], []
+    for outcome in outcomes:
+        before = previous.get(outcome.template)
+        if before is None:
+            changes.append(f"new: {outcome.template} {outcome.result}")
+        elif before["result"] == "verified" and outcome.result != "verified":
+            regressions.append(f"REGRESSION: {outcome.template} verified before, {outcome.result} now: {outcome.detail}")
+        elif before["result"] != outcome.result:
+            changes.append(f"changed: {outcome.template} {before['result']} -> {outcome.result}")
+        elif before.get("detail") != outcome.detail and outcome.result == "verified":
+            changes.append(f"detail changed: {outcome.template}: {before.get('detail')!r} -> {outcome.detail!r}")
+    ran = {outcome.template for outcome in outcomes}
+    changes += [f"not run: {name} (in the previous results, not in the folder)" for name in sorted(set(previous) - ran)]
+    return regressions, changes
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--round-trip"]:  # one verified class, in its own process (see compile_one)
@@ -207,10 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per template")
     parser.add_argument("--out", type=Path, default=Path("/tmp/heldout"), help="where generated modules go")
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
+    parser.add_argument("--results", type=Path, help="the previous results to compare with (FOLDER.results.json)")
+    parser.add_argument("--accept", action="store_true", help="record this run as the baseline despite regressions")
     args = parser.parse_args(argv)
     templates = sorted(args.folder.glob("*.jinja"))
     if not templates:
         parser.error(f"no .jinja files in {args.folder}")
+    results = args.results or results_path(args.folder)
+    previous = load_results(results)  # (read before the long run: a damaged file fails now, not after it)
     outcomes = []
     for template in templates:
         outcome = compile_one(template, args.out, args.cases, args.timeout)
@@ -220,6 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         args.table.write_text(text, encoding="utf-8")
     print(text)
+    regressions, changes = compare(previous, outcomes)
+    if not previous:
+        print(f"no previous results: this run is the baseline ({results})")
+    else:
+        print("\n".join(changes + regressions) or f"no change against {results}")
+    if regressions and not args.accept:
+        print(f"{len(regressions)} regression(s); {results} kept as it was (--accept records this run)")
+        return 1
+    save_results(results, outcomes, args.cases)
     return 0
 
 

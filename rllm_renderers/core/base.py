@@ -388,9 +388,11 @@ class GeneratedRenderer(ABC):
 
         What the template raises itself (``raise_exception``, an undefined value used) is a
         ``TemplateError``; a Python ``TypeError`` (where Jinja raises one too) becomes a
-        :class:`TemplateTypeError` with the same message. Anything else (``KeyError``,
-        ``AttributeError``, ...) is not something Jinja raises: it propagates as it is, with a
-        note naming the message being rendered.
+        :class:`TemplateTypeError` with the same message, and so does the template's call of a
+        method its value does not have (``generation_preamble.strip()`` with a bool: Jinja calls
+        an Undefined and raises). Anything else (``KeyError``, another ``AttributeError``, ...) is
+        not something Jinja raises: it propagates as it is, with a note naming the message being
+        rendered.
         """
         out = RenderOutput(template_messages, record=record, resume_from=resume_from)
         try:
@@ -399,10 +401,31 @@ class GeneratedRenderer(ABC):
             raise
         except TypeError as exc:  # Jinja raises the same TypeError: the template refuses this input
             raise jinja.TemplateTypeError(f"{type(self).__name__}: cannot render {rendering_position(out, template_messages)}: {exc}") from exc
+        except AttributeError as exc:
+            if not self._template_called_a_missing_method(exc):
+                exc.add_note(f"{type(self).__name__}: while rendering {rendering_position(out, template_messages)}")
+                raise
+            missing = jinja.Undefined(exc.name, exc.obj).message
+            raise jinja.TemplateError(f"{type(self).__name__}: cannot render {rendering_position(out, template_messages)}: {missing}") from exc
         except Exception as exc:  # not a refusal Jinja would make: surface it as itself, saying where
             exc.add_note(f"{type(self).__name__}: while rendering {rendering_position(out, template_messages)}")
             raise
         return out
+
+    def _template_called_a_missing_method(self, exc: AttributeError) -> bool:
+        """Whether the translated template itself looked up a method on one of its plain values
+        that lacks it (the error's innermost frame is this class's generated code): Jinja finds
+        Undefined there and raises when it is called. (The translation calls methods directly.)"""
+        frame = exc.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        generated = getattr(type(self).render_template, "__globals__", None)
+        return (
+            frame is not None
+            and frame.tb_frame.f_globals is generated
+            and isinstance(exc.name, str)
+            and isinstance(exc.obj, _PLAIN_TEMPLATE_VALUES)
+        )
 
     def render_text(
         self, messages: list[Message], *, tools: list[ToolSpec] | None = None, add_generation_prompt: bool = False
@@ -909,6 +932,11 @@ def check_tools(tools: Any) -> None:
 def _check_message_list(messages: Any) -> None:
     if not isinstance(messages, (list, tuple)):
         raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+
+
+#: Values a template holds whose missing method Jinja reads as Undefined (a knob's bool, a number,
+#: text, a list): not the renderer's own objects, whose missing attribute is a bug of the translation.
+_PLAIN_TEMPLATE_VALUES = (bool, int, float, str, type(None), list, tuple, dict)
 
 
 def rendering_position(out: RenderOutput, messages: list[Message]) -> str:
