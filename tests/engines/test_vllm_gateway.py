@@ -352,7 +352,6 @@ class Episode:
         turns = [index for index, message in enumerate(script) if message["role"] == "assistant"]
         previous, endpoint = None, None
         for turn, index in enumerate(turns):
-            history, assistant = script[:index], script[index]
             following = turns[turn + 1] if turn + 1 < len(turns) else len(script)
             completion = sampled_completion(self.sampler, script, index, following, tools)
             assert completion is not None, f"{session}: the template does not render turn {turn} as a model samples it"
@@ -367,13 +366,8 @@ class Episode:
             )
             (self.played.first_bridge if after_chat else self.played.later_bridges).extend(self.timer.seconds[bridges:])
             endpoint, prompt, sampled_ids = self.recorder.last()
-            if VERBOSE:
-                print(
-                    f"  {session} turn {turn}: {endpoint}, {len(prompt)} ids, {time.time() - started:.1f} s,"
-                    f" bridge {self.timer.seconds[bridges:]} {self.log.reasons[reasons:][-1:]}",
-                    flush=True,
-                )
             self.played.counts["forced turns sampled otherwise"] += sampled_ids != completion
+            counted = Counter(self.played.counts)
             if turn > 0:
                 count_turn(
                     self.sampler,
@@ -387,6 +381,13 @@ class Episode:
                     self.played.counts,
                     self.log.reasons[reasons:],
                     full=self.reference(sent[:index], tools),
+                )
+            if VERBOSE:
+                verdict = {key: value for key, value in (self.played.counts - counted).items() if key != "turns"}
+                print(
+                    f"  {session} turn {turn}: {endpoint}, {len(prompt)} ids, {time.time() - started:.1f} s,"
+                    f" bridge {[round(t, 3) for t in self.timer.seconds[bridges:]]} s: {verdict}",
+                    flush=True,
                 )
             previous = (prompt, sampled_ids, index)
 
