@@ -70,9 +70,11 @@ def server_environment(extra: dict | None = None) -> dict:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
     )
-    # the caller's PYTHONPATH must not leak into vLLM's venv; this one holds the forcing processor
-    env["PYTHONPATH"] = str(SERVER_SIDE)
-    env.update(extra or {})
+    extra = dict(extra or {})
+    # the caller's PYTHONPATH must not leak into vLLM's venv; the server's holds the forcing
+    # processor, after any the caller passes in ``extra``
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra.pop("PYTHONPATH", None), str(SERVER_SIDE)]))
+    env.update(extra)
     return env
 
 
