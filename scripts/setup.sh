@@ -24,3 +24,8 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     $sudo_cmd apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium >/dev/null
 fi
+# vLLM in its own virtual environment, for the engine tests (scripts/setup_vllm.sh). A failed
+# install does not stop the setup: the engine tests then skip, saying why. RLLM_SKIP_VLLM=1 skips it.
+if [ "${RLLM_SKIP_VLLM:-0}" != "1" ]; then
+    bash scripts/setup_vllm.sh || echo "warning: vLLM could not be set up; tests/engines/ will skip" >&2
+fi

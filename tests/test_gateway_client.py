@@ -174,15 +174,7 @@ class MockWorker:
         @app.post("/v1/chat/completions")
         async def chat(request: Request):
             body = await request.json()
-            ids = self.tokenizer.apply_chat_template(
-                self.normalize(body["messages"]),
-                tools=body.get("tools"),
-                chat_template=self.template,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-            return self.respond("chat", list(ids), chat=True)
+            return self.respond("chat", self.template_prompt(body["messages"], body.get("tools")), chat=True)
 
         @app.post("/v1/completions")
         async def completions(request: Request):
@@ -190,6 +182,31 @@ class MockWorker:
             return self.respond("completions", list(body["prompt"]), chat=False)
 
         self.app = app
+
+    def template_prompt(self, messages: list[dict], tools) -> list[int]:
+        """The chat template's prompt ids for ``messages`` (what the chat endpoint renders)."""
+        return list(
+            self.tokenizer.apply_chat_template(
+                self.normalize(messages),
+                tools=tools,
+                chat_template=self.template,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
+
+    def verbatim_suffix(self, sampler, messages: list[dict], tools) -> list[int] | None:
+        """The template's ids for the messages after the last assistant turn, as it writes them
+        after that turn's close (None where it cannot be read off the render)."""
+        history = self.normalize(messages)
+        last = max(i for i, message in enumerate(history) if message["role"] == "assistant")
+        full_text = self.tokenizer.apply_chat_template(
+            history, tools=tools, chat_template=self.template, add_generation_prompt=True, tokenize=False
+        )
+        return template_suffix(
+            sampler, self.tokenizer, history[:last], history[last], history[last + 1 :], tools, full_text
+        )
 
     def respond(self, endpoint: str, prompt: list[int], chat: bool) -> dict:
         self.requests.append((endpoint, prompt))
@@ -309,7 +326,6 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
         if turn > 0:
             count_turn(
                 sampler,
-                worker,
                 script,
                 index,
                 tools,
@@ -319,6 +335,8 @@ def play_episode(client, url, session, worker, sampler, script, tools, retention
                 retention,
                 counts,
                 log.reasons[reasons:],
+                full=worker.template_prompt(script[:index], tools),
+                verbatim_suffix=lambda: worker.verbatim_suffix(sampler, script[:index], tools),
             )
         previous = (prompt, sampled[1], index)
 
@@ -342,18 +360,16 @@ def playable(worker, script, tools) -> list | None:
     return None
 
 
-def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt, retention, counts, reasons) -> None:
-    """Classify a turn from the second on: bridged (right or wrong) or reset (and whether it may be)."""
+def count_turn(
+    sampler, script, index, tools, previous, endpoint, prompt, retention, counts, reasons, *, full, verbatim_suffix=None
+) -> None:
+    """Classify a turn from the second on: bridged (right or wrong) or reset (and whether it may be).
+
+    ``full``: the reference prompt of the conversation so far (the server's own render of
+    ``script[:index]`` with the generation prompt); ``verbatim_suffix()``: under "verbatim", the
+    template's ids for the new messages after the sampled turn, asked for only where ``full`` does
+    not extend the previous prompt and completion."""
     counts["turns"] += 1
-    history = worker.normalize(script[:index])
-    full = worker.tokenizer.apply_chat_template(
-        history,
-        tools=tools,
-        chat_template=worker.template,
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=False,
-    )
     kept = previous[0] + previous[1]
     keeps_history = retention == "verbatim" or full[: len(kept)] == kept
     if endpoint == "chat":
@@ -375,13 +391,7 @@ def count_turn(sampler, worker, script, index, tools, previous, endpoint, prompt
     if full[: len(kept)] == kept:
         expected = list(full)
     elif retention == "verbatim":
-        last = max(i for i, message in enumerate(history) if message["role"] == "assistant")
-        full_text = worker.tokenizer.apply_chat_template(
-            history, tools=tools, chat_template=worker.template, add_generation_prompt=True, tokenize=False
-        )
-        suffix = template_suffix(
-            sampler, worker.tokenizer, history[:last], history[last], history[last + 1 :], tools, full_text
-        )
+        suffix = verbatim_suffix()
         expected = None if suffix is None else kept + suffix
     else:
         expected = None  # the template rewrites the history: no bridge is right

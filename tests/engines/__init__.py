@@ -1,0 +1,1 @@
+"""Tests against real inference servers (vLLM), run in their own virtual environments."""
