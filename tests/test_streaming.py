@@ -158,3 +158,23 @@ def test_bad_input_is_refused_by_name():
     parser.finish()
     with pytest.raises(ValueError, match="after the turn was finished"):
         parser.feed_ids([1])
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"search_request": {"query": "ocean", "limit": 3}},  # nested object kept nested (vLLM PR 20824)
+        {"trigger": True},  # a boolean, the name kept (vLLM issue 19056)
+        {"path": "a/b}", "body": "}}"},  # the closing braces all there (vLLM issue 22885)
+        {},  # no arguments is still a call with arguments {} (vLLM issue 21301)
+    ],
+)
+def test_reported_hermes_failures_stream_exactly(arguments):
+    renderer = _renderer("qwen3")
+    text = '<tool_call>\n{"name": "tool", "arguments": ' + json.dumps(arguments) + "}\n</tool_call>"
+    ids = renderer.encoder.encode(text)
+    parser = StreamingParser(renderer)
+    deltas = [parser.feed_ids([token]) for token in ids] + [parser.finish()[0]]
+    calls = [call for delta in deltas for call in delta.tool_calls]
+    assert [(call.index, call.name, json.loads(call.arguments)) for call in calls] == [(0, "tool", arguments)]
+    assert parser.retractions == 0
