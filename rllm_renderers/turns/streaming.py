@@ -17,14 +17,15 @@ same parse (``_parse_turn_text``) on the text sampled so far. What may still cha
 At the end (a stop token, or :meth:`StreamingParser.finish`) the result is ``parse_response`` of the
 whole completion, and the last deltas are what is left of it; a delta that would have to be taken
 back is counted in ``retractions`` (the property test asserts there are none) instead of emitted.
-Each step parses the text so far a few dozen times: the cost of a step grows with the text, so a
-completion costs O(steps x length); feed larger chunks where that matters.
+A step parses the text so far a few dozen times, except where the new text holds no character any
+marker starts with and nothing is held back outside a call: it then extends the reasoning or the
+content as it is. Plain prose is linear; the steps inside calls and at marker characters cost the
+length of the text each.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,9 @@ class StreamingParser:
             prefilled = renderer._reasoning_prefilled(tail)
         self._prefilled = prefilled
         self._markers = _markers(renderer)
+        self._marker_starts = frozenset(marker[0] for marker in self._markers)
+        self._growing: str | None = None  # the field new plain text extends, when nothing is held back
+        self._settled_length = 0  # characters of the text settled so far
         self._ids: list[int] = []
         self._text = ""
         self._decoded_from = 0  # ids before this index are in self._text
@@ -257,20 +261,39 @@ class StreamingParser:
             result = self.result()
             outcome = _Outcome(result.reasoning_content, result.content, [_Final(call) for call in result.tool_calls])
             return self._emit([outcome], final=True)
+        chunk = self._text[self._settled_length :]
+        self._settled_length = len(self._text)
+        if self._growing is not None and not any(character in self._marker_starts for character in chunk):
+            return self._grow(chunk)
         outcomes = [self._parse(self._text + probe, self._stop) for probe in self._probes()]
-        first = outcomes[0]
+        first = outcomes[0]  # (the text as it is: the first probe is "")
         if self._body_at is None and all(
             outcome.reasoning_complete and outcome.body_at == first.body_at for outcome in outcomes
         ):
             self._body_at = first.body_at
-        return self._emit(outcomes, final=False)
+        delta = self._emit(outcomes, final=False)
+        self._growing = None
+        if not first.calls:
+            # (the text as it is leaves the block open, and all its reasoning was sent: no close began)
+            if first.reasoning_complete is False and self._reasoning == first.reasoning:
+                self._growing = "_reasoning"
+            elif self._body_at is not None and self._content == first.content:
+                self._growing = "_content"
+        return delta
+
+    def _grow(self, chunk: str) -> Delta:
+        """Text with no character a marker starts with, after text all sent and no call: it can end no
+        field and start no marker, so it extends the field being written (reasoning or content) as it is
+        (without parsing the text again: a long answer costs linear time)."""
+        setattr(self, self._growing, getattr(self, self._growing) + chunk)
+        return Delta(reasoning=chunk) if self._growing == "_reasoning" else Delta(content=chunk)
 
     def _emit(self, outcomes: list[_Outcome], final: bool) -> Delta:
         delta = Delta()
         reasonings = [outcome.reasoning for outcome in outcomes]
         if all(reasoning is not None for reasoning in reasonings):
-            delta.reasoning = self._extend("_reasoning", os.path.commonprefix(reasonings))
-        delta.content = self._extend("_content", os.path.commonprefix([outcome.content for outcome in outcomes]))
+            delta.reasoning = self._extend("_reasoning", _common_prefix(reasonings))
+        delta.content = self._extend("_content", _common_prefix([outcome.content for outcome in outcomes]))
         for position in range(min(len(outcome.calls) for outcome in outcomes)):
             if position < self._settled_calls:
                 continue
@@ -314,6 +337,22 @@ class _Final:
 
     def __init__(self, call) -> None:
         self.name, self.arguments, self.status, self.id = call.name, call.arguments, call.status, call.id
+
+
+def _common_prefix(texts: list[str]) -> str:
+    """The longest common prefix of ``texts`` (the lowest and highest share it), found by comparing
+    slices in C: a binary search, not a loop over characters."""
+    low, high = min(texts), max(texts)
+    if high.startswith(low):
+        return low
+    shared, differs = 0, len(low)  # low[:shared] is shared; low[:differs] is not
+    while differs - shared > 1:
+        middle = (shared + differs) // 2
+        if high.startswith(low[:middle]):
+            shared = middle
+        else:
+            differs = middle
+    return low[:shared]
 
 
 def _status(call) -> str:
