@@ -794,32 +794,49 @@ class GeneratedRenderer(ABC):
         ids = ids[:end]
         decoded = detokenizer.decoded(ids) if detokenizer is not None else None
         text = decoded.text if decoded is not None else self.encoder.decode(ids)
-        text, text_stop = cut_at_stop_string(text, facts.stop_strings)
+        prefilled = False
+        if self.REASONING is not None and self.REASONING.open:
+            decode = detokenizer.decode if detokenizer is not None else self.encoder.decode
+            prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
+        parsed, text, skipped = self._parse_turn_text(text, stop, tools, prefilled, for_template=for_template)
+        return _ParsedTurn(parsed, text, ids, decoded, skipped)
+
+    def _parse_turn_text(
+        self,
+        text: str,
+        stop: str | None,
+        tools: list[ToolSpec] | None,
+        prefilled: bool,
+        *,
+        for_template: bool = False,
+        with_reasoning: bool = True,
+    ) -> tuple[Any, str, int]:
+        """A completion's decoded text (up to its stop token ``stop``, None when it has none) parsed:
+        ``(TextParse or None when UNLEARNED, the text from where it starts, characters of content lead
+        skipped)``. ``prefilled``: the prompt left a reasoning block open. What :meth:`parse_response`
+        and the streaming parser (:mod:`rllm_renderers.turns.streaming`) share."""
+        text, text_stop = cut_at_stop_string(text, self._parse_facts().stop_strings)
         stop = text_stop or stop
         close_lead = close_lead_of(self.TURN, text, stop) if self.TURN is not None else ""
         text = text[: len(text) - len(close_lead)]
         if self.UNLEARNED:
-            return _ParsedTurn(None, text, ids, decoded, 0)
+            return None, text, 0
         lead = content_lead_of(self.TURN, text, tools)
         skipped = len(lead)
         text = text[skipped:]
         reasoning = self.REASONING
-        if for_template and reasoning is not None and reasoning.in_content:
+        if (for_template and reasoning is not None and reasoning.in_content) or not with_reasoning:
             reasoning = None
-        prefilled = False
-        if reasoning is not None and reasoning.open:
-            decode = detokenizer.decode if detokenizer is not None else self.encoder.decode
-            prefilled = self._reasoning_prefilled(decode(prompt[-64:]) if prompt else self.generation_prompt())
         parsed = parse_text(
             text,
             reasoning=reasoning,
             tool_calls=self.TOOL_CALLS,
-            reasoning_prefilled=prefilled,
+            reasoning_prefilled=prefilled and reasoning is not None,
             tools=tools,
             close_lead=close_lead,
             in_call=starts_in_call(self.TOOL_CALLS, lead),
         )
-        return _ParsedTurn(parsed, text, ids, decoded, skipped)
+        return parsed, text, skipped
 
     def _parse_facts(self) -> _ParseFacts:
         """What parsing needs of the current encoder, worked out once per encoder."""

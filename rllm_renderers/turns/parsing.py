@@ -50,6 +50,9 @@ class TextParse:
     reasoning: str | None
     reasoning_complete: bool | None
     calls: list[TextCall] = field(default_factory=list)
+    #: where the text after the reasoning block starts (the content, or the calls): what a parser of
+    #: the content alone is given (vLLM's tool parser after its reasoning parser)
+    body_at: int = 0
 
 
 def parse_text(
@@ -94,13 +97,14 @@ def parse_text(
         if in_reasoning:
             close_at = text.find(reasoning.close, position)
             if close_at < 0:
-                return TextParse(content="", reasoning=text[position:], reasoning_complete=False)
+                return TextParse(content="", reasoning=text[position:], reasoning_complete=False, body_at=len(text))
             reasoning_text = _strip_suffix(text[position:close_at], reasoning.before_close)
             position = _skip(text, close_at + len(reasoning.close), reasoning.after_close)
         if reasoning.content_start and text.startswith(reasoning.content_start, position):
             position += len(reasoning.content_start)
+    body_at = position
     if tool_calls is None:
-        return TextParse(text[position:], reasoning_text, reasoning_complete)
+        return TextParse(text[position:], reasoning_text, reasoning_complete, body_at=body_at)
     prefilled = tool_calls.call_start if in_call else ""
     found = find_calls(text[:position] + prefilled + text[position:] + close_lead, position, tool_calls, tools)
     for call in found:  # (positions in `text`: the prompt's call start is not in it)
@@ -118,7 +122,7 @@ def parse_text(
             after = text[calls[-1].end :]
             if not (after.strip() and tool_calls.block_end.startswith(after)):  # (else a block end cut at its stop)
                 content += _strip_prefix(after, tool_calls.block_end)
-    return TextParse(content, reasoning_text, reasoning_complete, calls)
+    return TextParse(content, reasoning_text, reasoning_complete, calls, body_at=body_at)
 
 
 def calls_start(text: str, tool_calls: ToolCallFormat | None) -> int:
