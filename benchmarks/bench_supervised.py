@@ -9,8 +9,18 @@ compiled by transformers' cache) and run pinned to one core with one tokenizer t
 
 Timing: ``time.perf_counter`` over ``--rounds`` passes through all conversations, garbage collection
 off; the best pass counts.
+The renderer's encoder is the default engine as a process has it once it renders at scale
+(tiktoken, then fastokens built in the background: rllm_renderers/encoding/engine_upgrade.py),
+waited for before timing.
+
+``--workers``: the data-set path (rllm_renderers/training_sets.py) through HF ``datasets.map(...,
+batched=True, num_proc=N)`` for N = 1 and 2 over ``--dataset-rows`` conversations (each worker builds its
+own renderer from the pickled recipe, inside the timed map), not pinned: wall time, and the CPU time of
+this process and of its reaped children (``resource.getrusage``), which other processes on a shared
+machine do not inflate.
+
 Run from the project root:
-    .venv/bin/python benchmarks/bench_supervised.py [--corpus ../shared/corpus] [--family qwen2_5]
+    .venv/bin/python benchmarks/bench_supervised.py [--corpus ../shared/corpus] [--family qwen2_5] [--workers]
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ FAMILIES = {
     "qwen2_5": ("qwen2_5", "Qwen25Renderer", "qwen25", "qwen2_5_training.jinja"),
     "gemma_3": ("gemma_3", "Gemma3Renderer", "gemma3", "gemma3_training.jinja"),
 }
+#: family -> the model name get_renderer resolves (the data-set path builds its renderer by name)
+MODELS = {"qwen2_5": "Qwen/Qwen2.5-7B-Instruct", "gemma_3": "google/gemma-3-27b-it"}
 WORDS = "the weather in Paris is sunny today and tomorrow it may rain so take an umbrella with you".split()
 TOOLS = [
     {
@@ -92,7 +104,11 @@ def main() -> None:
     parser.add_argument("--family", choices=sorted(FAMILIES), default="qwen2_5")
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", action="store_true", help="also datasets.map with 1 and 2 worker processes")
+    parser.add_argument("--dataset-rows", type=int, default=4000)
     args = parser.parse_args()
+    if args.workers:
+        dataset_speedup(args)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import importlib
@@ -106,6 +122,7 @@ def main() -> None:
     tools = args.family != "gemma_3"  # Gemma-3's template has no tool role
     items = conversations(args.conversations, tool_calls=tools)
     tool_list = TOOLS if tools else None
+    print(f"engine: {renderer.encoder.backend} -> {renderer.encoder.upgrade(wait=True)} (the default after its background upgrade)")
 
     def ours(messages):
         return renderer.build_supervised_example(messages, tools=tool_list, train_on="all_assistant")
@@ -130,6 +147,44 @@ def main() -> None:
     print(f"  build_supervised_example:                   {len(items) / ours_time:8.0f} examples/s")
     print(f"  apply_chat_template + assistant tokens mask: {len(items) / hf_time:8.0f} examples/s")
     print(f"  ratio: {hf_time / ours_time:.1f}x")
+
+
+def dataset_speedup(args) -> None:
+    """datasets.map(batched=True, num_proc=N) for N = 1, 2 (module docstring, ``--workers``)."""
+    import json
+    import resource
+
+    import datasets
+
+    from rllm_renderers.training_sets import SupervisedBatches
+
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    tools = args.family != "gemma_3"
+    items = conversations(args.dataset_rows, tool_calls=tools, seed=1)
+    columns = {"messages": [json.dumps(messages) for messages in items]}
+    if tools:
+        columns["tools"] = [json.dumps(TOOLS)] * len(items)
+    dataset = datasets.Dataset.from_dict(columns)
+    function = SupervisedBatches(MODELS[args.family], str(Path(args.corpus) / "tokenizers" / FAMILIES[args.family][2]),
+                                 tools_column="tools" if tools else None, train_on="all_assistant")  # fmt: skip
+    results = {}
+    for workers in (1, 2):
+        before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        start = time.perf_counter()
+        mapped = dataset.map(function, batched=True, batch_size=100, num_proc=workers if workers > 1 else None,
+                             remove_columns=dataset.column_names)  # fmt: skip
+        wall = time.perf_counter() - start
+        after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+        results[workers] = (wall, cpu, mapped)
+        print(f"datasets.map, {workers} worker process(es), {len(items)} conversations: {wall:.1f} s wall, "
+              f"{cpu:.1f} s CPU, {len(items) / wall:.0f} examples/s, {len(items) / cpu:.0f} examples per CPU second")  # fmt: skip
+        function._renderer = None  # the next run builds its renderer inside its own timing, as a worker does
+    assert results[1][2]["input_ids"] == results[2][2]["input_ids"]
+    (wall1, cpu1, _), (wall2, cpu2, _) = results[1], results[2]
+    print(f"speed-up 1 -> 2 workers: {wall1 / wall2:.2f}x wall; CPU per example {cpu2 / cpu1:.2f}x that of one "
+          f"process (2 / that = {2 * cpu1 / cpu2:.2f}x: the speed-up on two idle cores); load {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
