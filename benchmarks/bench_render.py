@@ -907,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)")  # fmt: skip
         cold = copy.copy(gen)  # same class and knobs, its own encoder without the span cache
         cold._encoder = TextEncoder(tokenizer, span_cache_size=0)
+        cold._encoder.warm()  # what a renderer's constructor builds (else the first timed render builds it)
         gen.encoder._cache.size = 64  # smaller than the spans of the warm conversations (see run_case)
         prime = prime_renderer(family, tokenizer)
         tml = getattr(tml_classes, family.tml_class)() if tml_classes and family.tml_class else None
@@ -927,6 +928,7 @@ def main(argv: list[str] | None = None) -> int:
             if gen.encoder.backend != "tiktoken":  # the engine of a process's first 1M characters
                 fresh_engines["tiktoken"] = copy.copy(gen)
                 fresh_engines["tiktoken"]._encoder = TextEncoder(tokenizer, span_cache_size=0, backend="tiktoken")
+                fresh_engines["tiktoken"]._encoder.warm()
             fresh_rows.append((list(fresh_engines), fresh_text_rows(family, tokenizer, gen, fresh_engines, tml, sizes, fresh)))
             print(f"  measured {family.name:8} never-seen text", file=sys.stderr)
         if not args.fresh_only:
