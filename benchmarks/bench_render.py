@@ -717,22 +717,24 @@ def fresh_chat(family: Family, size: str, fresh: FreshText, rng: random.Random) 
     return messages
 
 
-def fresh_text_rows(family: Family, tokenizer, gen, cold, tml, sizes: list[str], fresh: FreshText) -> list[tuple]:
-    """Per size: every conversation of a pool rendered once by cold render_ids, tml and a bare encode of
-    its text (in rotating order, one call each, garbage collection off); mean ms per conversation."""
+def fresh_text_rows(family: Family, tokenizer, gen, engines: dict[str, Any], tml, sizes: list[str], fresh: FreshText) -> list[tuple]:
+    """Per size: every conversation of a pool rendered once by each renderer of ``engines`` (cold
+    ``render_ids``, span cache off, one per encoder engine), tml and a bare encode of its text, in
+    rotating order, one call each, garbage collection off; then the same conversation rendered a
+    second time by the default renderer ``gen`` (span cache on: the ``repeat`` column, the only one
+    that has seen the text).  Mean ms per conversation."""
     rows = []
     for size in sizes:
         rng = random.Random(f"fresh/{family.name}/{size}")
         pool = [fresh_chat(family, size, fresh, rng) for _ in range(FRESH_POOL[size])]
         texts = [gen.render_text(messages, add_generation_prompt=True) for messages in pool]  # text only: no encoder runs
-        calls = {
-            "cold": lambda k: cold.render_ids(pool[k], add_generation_prompt=True),
-            "encode": lambda k: tokenizer.encode(texts[k], add_special_tokens=False),
-        }
+        calls = {name: (lambda r: lambda k: r.render_ids(pool[k], add_generation_prompt=True))(renderer)
+                 for name, renderer in engines.items()}  # fmt: skip
+        calls["encode"] = lambda k: tokenizer.encode(texts[k], add_special_tokens=False)
         if tml is not None:
             calls["tml"] = lambda k: tml_render_ids(tml, pool[k])
-        totals = {name: 0.0 for name in calls}
-        results: dict[str, list] = {name: [] for name in calls}
+        totals = {name: 0.0 for name in [*calls, "repeat"]}
+        results: dict[str, list] = {name: [] for name in totals}
         names = list(calls)
         gc.disable()
         try:
@@ -742,9 +744,14 @@ def fresh_text_rows(family: Family, tokenizer, gen, cold, tml, sizes: list[str],
                     ids = calls[name](k)
                     totals[name] += time.perf_counter() - start
                     results[name].append(ids)
+                gen.render_ids(pool[k], add_generation_prompt=True)  # (untimed) the first render of the span-cached renderer
+                start = time.perf_counter()
+                results["repeat"].append(gen.render_ids(pool[k], add_generation_prompt=True))
+                totals["repeat"] += time.perf_counter() - start
         finally:
             gc.enable()
-        assert results["cold"] == results["encode"], f"{family.name}/{size}: cold render_ids != bare encode on fresh text"
+        for name in [*engines, "repeat"]:
+            assert results[name] == results["encode"], f"{family.name}/{size}: {name} render_ids != bare encode on fresh text"
         tml_same = "n/a" if tml is None else "yes" if results["tml"] == results["encode"] else "NO"
         tokens = statistics.mean(len(ids) for ids in results["encode"])
         per_call = {name: total / len(pool) * 1e3 for name, total in totals.items()}
@@ -752,16 +759,32 @@ def fresh_text_rows(family: Family, tokenizer, gen, cold, tml, sizes: list[str],
     return rows
 
 
-def print_fresh_rows(rows: list[tuple]) -> None:
+def print_fresh_rows(rows: list[tuple], engines: list[str]) -> None:
     print("\nnever-seen text (chat workload, message text from the standard library's sources, each conversation "
           "rendered once per backend): mean ms per conversation")  # fmt: skip
-    print(f"{'family':8} {'size':6} {'convs':>5} {'tok':>6} | {'cold ms':>8} {'x enc':>5} | {'tml ms':>8} "
-          f"{'=tmpl':>5} {'tml/cold':>8} | {'bare encode ms':>14} {'M tok/s':>7}")  # fmt: skip
+    head = f"{'family':8} {'size':6} {'convs':>5} {'tok':>6} |"
+    for name in engines:
+        head += f" {name + ' ms':>14} {'x enc':>5} {'tml/it':>6} |"
+    print(head + f" {'tml ms':>8} {'=tmpl':>5} | {'bare encode ms':>14} | {'repeat ms':>9} {'x enc':>5}")
     for name, size, count, tokens, ms, tml_same in rows:
-        tml = f"{ms['tml']:8.3f} {tml_same:>5} {ms['tml'] / ms['cold']:8.2f}" if "tml" in ms else f"{'-':>8} {'-':>5} {'-':>8}"
-        print(f"{name:8} {size:6} {count:5d} {tokens:6.0f} | {ms['cold']:8.3f} {ms['cold'] / ms['encode']:5.2f} | {tml} | "
-              f"{ms['encode']:14.3f} {tokens / ms['cold'] / 1e3:7.2f}")  # fmt: skip
-    print("M tok/s: tokens per second of cold render_ids (template and encoding together).")
+        line = f"{name:8} {size:6} {count:5d} {tokens:6.0f} |"
+        for engine in engines:
+            speed = f"{ms['tml'] / ms[engine]:6.2f}" if "tml" in ms else f"{'-':>6}"
+            line += f" {ms[engine]:14.3f} {ms[engine] / ms['encode']:5.3f} {speed} |"
+        tml = f"{ms['tml']:8.3f} {tml_same:>5}" if "tml" in ms else f"{'-':>8} {'-':>5}"
+        print(line + f" {tml} | {ms['encode']:14.3f} | {ms['repeat']:9.3f} {ms['repeat'] / ms['encode']:5.3f}")
+    print("tml/it: tml-renderers time / that renderer's time (> 1: ours is faster). repeat: the default renderer "
+          "(span cache on) rendering the same conversation a second time.")
+
+
+def _commit() -> str:
+    """The commit of the checkout the benchmark runs from (``+`` when the tree has changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 # ----------------------------------------------------------------------------- process-level figures
@@ -831,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-ms", type=float, default=25.0, help="target duration of one sample")
     parser.add_argument("--no-bridge-bench", action="store_true", help="skip benchmarks/bench_bridge.py")
     parser.add_argument("--no-fresh", action="store_true", help="skip the never-seen-text figures")
+    parser.add_argument("--fresh-only", action="store_true", help="only the never-seen-text figures (the headline)")
+    parser.add_argument("--fresh-scale", type=float, default=1.0, help="scale the never-seen pools (400 / 80 / 24 conversations)")
     args = parser.parse_args(argv)
     # fastokens reads these when a tokenizer is built (its caches, its thread count for inputs of
     # 64 KiB or more): this run measures its defaults.
@@ -860,23 +885,34 @@ def main(argv: list[str] | None = None) -> int:
         f"{getattr(tml_renderers, '__version__', None) or _dist_version('tml-renderers')}, "
         f"tiktoken {_dist_version('tiktoken')}, fastokens {_dist_version('fastokens')}, cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}, corpus {corpus}"
     )
+    print(f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {_commit()}")
     print(
         f"cold: {args.variants} variants cycled, span cache off; warm: {args.warm_variants} variants cycled, "
         f"span cache on; {args.samples} samples x ~{args.sample_ms:.0f} ms per backend; ms per call as median "
         "(min); ratios = median / median of bare encode\n"
     )
 
+    for size in FRESH_POOL:
+        FRESH_POOL[size] = max(1, round(FRESH_POOL[size] * args.fresh_scale))
     rows, notes, parse_rows, memory, fresh_rows = [], [], [], {}, []
     fresh = FreshText()
     for family in families:
         tokenizer, template, gen = load_family(family, corpus)
+        # The default engine as a process has it once it renders at scale: tiktoken first, then
+        # fastokens built in the background (rllm_renderers/encoding/engine_upgrade.py), waited for here.
+        started, cpu = time.perf_counter(), time.process_time()
+        first_engine = gen.encoder.backend
+        gen.encoder.upgrade(wait=True)
+        print(f"{family.name}: default engine {first_engine} -> {gen.encoder.backend} after "
+              f"{time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)")  # fmt: skip
         cold = copy.copy(gen)  # same class and knobs, its own encoder without the span cache
         cold._encoder = TextEncoder(tokenizer, span_cache_size=0)
+        cold._encoder.warm()  # what a renderer's constructor builds (else the first timed render builds it)
         gen.encoder._cache.size = 64  # smaller than the spans of the warm conversations (see run_case)
         prime = prime_renderer(family, tokenizer)
         tml = getattr(tml_classes, family.tml_class)() if tml_classes and family.tml_class else None
         notes.append(f"{family.name} (encoder backend: {gen.encoder.backend}): {family.notes}")
-        for workload in workloads:
+        for workload in [] if args.fresh_only else workloads:
             for size in sizes:
                 tml_here = tml if workload == "chat" else None  # tml-renderers takes no tools argument
                 case = prepare_case(family, workload, size, tokenizer, template, gen, cold, prime, tml_here, args)
@@ -888,17 +924,31 @@ def main(argv: list[str] | None = None) -> int:
                     parse_rows.append((case, parse_throughput(case, gen, args.samples, sample_s)))
                 print(f"  measured {family.name:8} {workload:7} {size:6} ({tokens:.0f} tokens)", file=sys.stderr)
         if not args.no_fresh and "chat" in workloads:
-            fresh_rows += fresh_text_rows(family, tokenizer, gen, cold, tml, sizes, fresh)
+            fresh_engines = {"default": cold}
+            if gen.encoder.backend != "tiktoken":  # the engine of a process's first 1M characters
+                fresh_engines["tiktoken"] = copy.copy(gen)
+                fresh_engines["tiktoken"]._encoder = TextEncoder(tokenizer, span_cache_size=0, backend="tiktoken")
+                fresh_engines["tiktoken"]._encoder.warm()
+            fresh_rows.append((list(fresh_engines), fresh_text_rows(family, tokenizer, gen, fresh_engines, tml, sizes, fresh)))
             print(f"  measured {family.name:8} never-seen text", file=sys.stderr)
-        memory[family.name] = renderer_memory(family, corpus)
+        if not args.fresh_only:
+            memory[family.name] = renderer_memory(family, corpus)
+
+    if fresh_rows:  # the headline
+        for engines in sorted({tuple(names) for names, _ in fresh_rows}):
+            print_fresh_rows([row for names, rows_ in fresh_rows if tuple(names) == engines for row in rows_], list(engines))
+    if args.fresh_only:
+        return 0
 
     header = (
-        f"{'family':8} {'work':7} {'size':6} {'tok':>6} | {'cold ms':>15} {'x enc':>5} {'min x':>5} | "
-        f"{'warm ms':>15} {'x enc':>5} {'min x':>5} | "
+        f"{'family':8} {'work':7} {'size':6} {'tok':>6} | {'cold, cycled ms':>15} {'x enc':>5} {'min x':>5} | "
+        f"{'warm, cycled ms':>15} {'x enc':>5} {'min x':>5} | "
         f"{'apply_chat_tmpl':>15} {'x enc':>5} | {'prime ms':>15} {'x enc':>5} {'=tmpl':>5} | "
         f"{'tml ms':>15} {'x enc':>5} {'=tmpl':>5} {'tml/cold':>8} {'min':>5} | {'bare encode ms':>15} | "
         f"{'text ms':>7} {'render ms':>9} | {'bridge ms':>9} {'x cold':>6}"
     )
+    print("\nconversations cycled (each cold and warm conversation is rendered many times; the never-seen table "
+          "above renders each once):")  # fmt: skip
     print(header)
     print("-" * len(header))
     for case, chars, tokens, t in rows:
@@ -945,8 +995,6 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"  {note}")
 
-    if fresh_rows:
-        print_fresh_rows(fresh_rows)
 
     print("\nparse_response throughput (agentic completions: reasoning + tool calls):")
     for case, rate in parse_rows:

@@ -9,8 +9,18 @@ compiled by transformers' cache) and run pinned to one core with one tokenizer t
 
 Timing: ``time.perf_counter`` over ``--rounds`` passes through all conversations, garbage collection
 off; the best pass counts.
+The renderer's encoder is the default engine as a process has it once it renders at scale
+(tiktoken, then fastokens built in the background: rllm_renderers/encoding/engine_upgrade.py),
+waited for before timing.
+
+``--workers``: the data-set path (rllm_renderers/training_sets.py) through HF ``datasets.map(...,
+batched=True, num_proc=N)`` for N = 1 and 2 over ``--dataset-rows`` conversations (each worker builds its
+own renderer from the pickled recipe, inside the timed map), not pinned: wall time, and the CPU time of
+each worker process in the function (its renderer's build included), which other processes on a
+shared machine do not inflate: the busiest worker's CPU bounds the wall time on idle cores.
+
 Run from the project root:
-    .venv/bin/python benchmarks/bench_supervised.py [--corpus ../shared/corpus] [--family qwen2_5]
+    .venv/bin/python benchmarks/bench_supervised.py [--corpus ../shared/corpus] [--family qwen2_5] [--workers]
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ FAMILIES = {
     "qwen2_5": ("qwen2_5", "Qwen25Renderer", "qwen25", "qwen2_5_training.jinja"),
     "gemma_3": ("gemma_3", "Gemma3Renderer", "gemma3", "gemma3_training.jinja"),
 }
+#: family -> the model name get_renderer resolves (the data-set path builds its renderer by name)
+MODELS = {"qwen2_5": "Qwen/Qwen2.5-7B-Instruct", "gemma_3": "google/gemma-3-27b-it"}
 WORDS = "the weather in Paris is sunny today and tomorrow it may rain so take an umbrella with you".split()
 TOOLS = [
     {
@@ -92,7 +104,11 @@ def main() -> None:
     parser.add_argument("--family", choices=sorted(FAMILIES), default="qwen2_5")
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", action="store_true", help="also datasets.map with 1 and 2 worker processes")
+    parser.add_argument("--dataset-rows", type=int, default=4000)
     args = parser.parse_args()
+    if args.workers:
+        dataset_speedup(args)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import importlib
@@ -106,6 +122,7 @@ def main() -> None:
     tools = args.family != "gemma_3"  # Gemma-3's template has no tool role
     items = conversations(args.conversations, tool_calls=tools)
     tool_list = TOOLS if tools else None
+    print(f"engine: {renderer.encoder.backend} -> {renderer.encoder.upgrade(wait=True)} (the default after its background upgrade)")
 
     def ours(messages):
         return renderer.build_supervised_example(messages, tools=tool_list, train_on="all_assistant")
@@ -130,6 +147,67 @@ def main() -> None:
     print(f"  build_supervised_example:                   {len(items) / ours_time:8.0f} examples/s")
     print(f"  apply_chat_template + assistant tokens mask: {len(items) / hf_time:8.0f} examples/s")
     print(f"  ratio: {hf_time / ours_time:.1f}x")
+
+
+class _TimedBatches:
+    """The data-set function, and per batch the CPU seconds its worker process spent in it (the
+    renderer's build on a worker's first batch included) and that process's id, as two more columns."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, batch):
+        import time as clock
+
+        start = clock.process_time()
+        columns = self.function(batch)
+        count = len(columns["input_ids"])
+        columns["cpu"] = [clock.process_time() - start] + [0.0] * (count - 1)
+        columns["pid"] = [os.getpid()] * count
+        return columns
+
+
+def dataset_speedup(args) -> None:
+    """datasets.map(batched=True, num_proc=N) for N = 1, 2 (module docstring, ``--workers``)."""
+    import json
+
+    import datasets
+
+    from rllm_renderers.training_sets import SupervisedBatches
+
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    tools = args.family != "gemma_3"
+    items = conversations(args.dataset_rows, tool_calls=tools, seed=1)
+    columns = {"messages": [json.dumps(messages) for messages in items]}
+    if tools:
+        columns["tools"] = [json.dumps(TOOLS)] * len(items)
+    dataset = datasets.Dataset.from_dict(columns)
+    results = {}
+    for workers in (1, 2):
+        function = SupervisedBatches(MODELS[args.family], str(Path(args.corpus) / "tokenizers" / FAMILIES[args.family][2]),
+                                     tools_column="tools" if tools else None, train_on="all_assistant")  # fmt: skip
+        start = time.perf_counter()
+        mapped = dataset.map(_TimedBatches(function), batched=True, batch_size=50, num_proc=workers,
+                             remove_columns=dataset.column_names)  # fmt: skip
+        wall = time.perf_counter() - start
+        first: dict[int, float] = {}  # per worker: its first batch (the renderer's build in it)
+        rest: dict[int, float] = {}  # and every later batch
+        for pid, cpu in zip(mapped["pid"], mapped["cpu"]):
+            if cpu and pid not in first:
+                first[pid] = cpu
+            elif cpu:
+                rest[pid] = rest.get(pid, 0.0) + cpu
+        later = len(items) - 50 * len(first)
+        results[workers] = (wall, rest, mapped["input_ids"])
+        print(f"datasets.map, num_proc={workers}, {len(items)} conversations: {wall:.1f} s wall; CPU per worker process: "
+              f"first batch (renderer built) {', '.join(f'{cpu:.2f}' for cpu in first.values())} s, later batches "
+              f"{', '.join(f'{cpu:.2f}' for cpu in rest.values())} s ({later / sum(rest.values()):.0f} examples per CPU second)")  # fmt: skip
+    assert results[1][2] == results[2][2]
+    (wall1, cpu1, _), (wall2, cpu2, _) = results[1], results[2]
+    print(f"speed-up 1 -> 2 workers: {wall1 / wall2:.2f}x wall (load {os.getloadavg()[0]:.1f}); by CPU of the later "
+          f"batches {sum(cpu1.values()) / max(cpu2.values()) * (len(items) - 100) / (len(items) - 50):.2f}x (one worker's "
+          "CPU per example over the busiest of two: the speed-up on two idle cores once the build is paid)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ python3 -m venv .venv
 # PrimeIntellect's own tests in scripts/prime_suite.sh), gateway (what rLLM's model gateway needs, for
 # tests/test_gateway_client.py), then tinker-cookbook itself without its
 # declared dependencies, which its renderers do not need.
-# view (playwright, for the viewer's browser test in tests/test_view.py).
-.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite,gateway,view]"
+# view (playwright, for the viewer's browser test in tests/test_view.py), datasets (HF datasets and
+# Ray Data, for tests/test_training_sets.py).
+.venv/bin/python -m pip install --quiet -e ".[prime,tinker,harmony,bench,prime-suite,gateway,view,datasets]"
 .venv/bin/python -m pip install --quiet --no-deps "tinker-cookbook==0.6.1"
 .venv/bin/python -c "import torch; torch.version.cuda and print('warning: a CUDA torch build was installed')"
 # The browser the viewer's test drives: the system's Chromium (Debian's package), installed only when

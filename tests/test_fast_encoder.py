@@ -90,18 +90,27 @@ QWEN35_LEFT_OUT = [
 class Encoders:
     """One corpus tokenizer and an encoder per backend: ``auto`` (tiktoken where the proof holds),
     ``fastokens``, ``uncached`` (fastokens without span cache: one engine call per text), ``tiktoken``
-    (forced), ``hf``."""
+    (forced), ``hf``, and ``switched``: an ``auto`` encoder that encoded on tiktoken, then took
+    fastokens when it was built (rllm_renderers/encoding/engine_upgrade.py)."""
 
     def __init__(self, name: str):
         self.name = name
         self.tokenizer = _load(name)
+        fast_encoder.forget()  # a process that has not built fastokens for this tokenizer yet
         self.auto = TextEncoder(self.tokenizer)
+        self.switched = TextEncoder(self.tokenizer)
+        self.switched_before = self.switched.backend
+        self.switched_ids_before = self.switched.encode(SWITCH_PROBE)
+        self.switched.upgrade(wait=True)
         self.fastokens = TextEncoder(self.tokenizer, backend="fastokens")
         self.uncached = TextEncoder(self.tokenizer, backend="fastokens", span_cache_size=0)
         self.tiktoken = TextEncoder(self.tokenizer, backend="tiktoken")
         self.hf = TextEncoder(self.tokenizer, backend="hf")
-        self.all = {"auto": self.auto, "fastokens": self.fastokens, "uncached": self.uncached,
-                    "tiktoken": self.tiktoken, "hf": self.hf}  # fmt: skip
+        self.all = {"auto": self.auto, "switched": self.switched, "fastokens": self.fastokens,
+                    "uncached": self.uncached, "tiktoken": self.tiktoken, "hf": self.hf}  # fmt: skip
+
+
+SWITCH_PROBE = "def f(x):\n    return x  # ünïcode 中文 <|im_end|> <think>\n\n"
 
 
 @pytest.fixture(scope="module", params=ALL_TOKENIZERS)
@@ -147,6 +156,12 @@ def test_backend_choice_is_the_expected_one(both):
     fast = "hf" if auto.backend == "hf" else "fastokens"
     assert both.fastokens.backend == both.uncached.backend == fast, both.fastokens.backend_reason
     assert forced.backend == "hf" and forced.backend_reason == "the HF backend was requested"
+    # auto starts on tiktoken and takes fastokens once it is built; the same ids before and after
+    assert both.switched_before == auto.backend and both.switched.backend == fast, both.switched.backend_reason
+    assert both.switched_ids_before == both.switched.encode(SWITCH_PROBE) == both.tokenizer.encode(SWITCH_PROBE, add_special_tokens=False)
+    assert (auto._upgrade_after is not None) == (auto.backend == "tiktoken")
+    if auto.backend != "hf":  # a new auto encoder of a process that built fastokens starts on it
+        assert TextEncoder(both.tokenizer).backend == "fastokens"
     if auto.backend == "hf":
         assert auto.backend_reason  # says why
     # fastokens finds the added tokens itself (one segment per text) where its scan is shown to be
@@ -547,6 +562,7 @@ def test_bytes_of_byte_level():
 
 def test_env_var_forces_hf(monkeypatch):
     tokenizer = load_tokenizer(_tokenizer_dir("synthetic/glm5"))
+    fast_encoder.forget()  # (auto takes fastokens where this process built it: test_backend_choice_is_the_expected_one)
     assert TextEncoder(tokenizer).backend == "tiktoken"
     for forced in ("hf", "tiktoken", "fastokens"):
         monkeypatch.setenv("RLLM_RENDERERS_ENCODER", forced)

@@ -577,9 +577,9 @@ class EnginePanic(RuntimeError):
     """A Rust engine panicked (its ``PanicException`` is a ``BaseException``; this is an ``Exception``)."""
 
 
-def _build(engine: str, proof: Proof, tokenizer_json: str) -> tuple[SpanBpe | None, str]:
-    """The span encoder of ``engine`` for a proved tokenizer, or (None, why not)."""
-    common = {"shortcut_only": proof.shortcut_only, "left_out": proof.left_out}
+def _build(engine: str, proof: Proof, tokenizer_json: str, content: str) -> tuple[SpanBpe | None, str]:
+    """The span encoder of ``engine`` for a proved tokenizer (content hash ``content``), or (None, why not)."""
+    common = {"shortcut_only": proof.shortcut_only, "left_out": proof.left_out, "content": content}
     try:
         if engine == "fastokens":
             from .fastokens_spans import FastokensBpe
@@ -623,8 +623,9 @@ def _after_fork() -> None:
 forksafe.in_child(_after_fork)
 
 #: The engines, in the order ``"auto"`` tries them: tiktoken first (built in a fraction of the
-#: tokenizer's own load time, a rank table of a few MB), fastokens on request (faster per render,
-#: but its build takes longer than loading the tokenizer and holds a second full tokenizer).
+#: tokenizer's own load time, a rank table of a few MB), fastokens on request or later, built in the
+#: background (engine_upgrade; faster per render, but its build takes longer than loading the
+#: tokenizer and holds a second full tokenizer).
 ENGINES = ("tiktoken", "fastokens")
 
 
@@ -673,7 +674,11 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bo
     except _NotProvable as exc:
         return None, str(exc)
     tokenizer_json = backend.to_str()
-    content = hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
+    content = _content_hash(tokenizer_json)
+    if engines == ENGINES:  # "auto": fastokens where this process has built it already (engine_upgrade)
+        upgraded = _remembered_plan((content, "fastokens"))
+        if upgraded is not None and upgraded[0] is not None:
+            return upgraded[0], upgraded[1]
     failures = []
     for engine in engines:
         plan = _remembered_plan((content, engine))
@@ -693,10 +698,34 @@ def span_bpe_for(backend: Any, engines: tuple[str, ...] = ENGINES, *, inline: bo
                     return None, proved
                 _keep(_PROOFS, content, proved)
             proof, reason = proved
-            plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json), False)
+            plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json, content), False)
             _keep(_PLANS, (content, engine), plan)
         encoder, reason, refused = plan
         if encoder is not None or refused:
             return encoder, "; ".join(filter(None, [*failures, reason]))
         failures.append(reason)
     return None, "; ".join(failures)
+
+
+def _content_hash(tokenizer_json: str) -> str:
+    return hashlib.sha256(tokenizer_json.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def build_engine(backend: Any, content: str, engine: str) -> tuple[SpanBpe | None, str]:
+    """The span encoder of ``engine`` for the tokenizer whose content hash is ``content`` and whose
+    proof this process holds (an engine built later: :mod:`~rllm_renderers.encoding.engine_upgrade`),
+    kept like the others; ``(None, why not)`` when it cannot be built or the tokenizer's content is no
+    longer ``content``."""
+    plan = _remembered_plan((content, engine))
+    if plan is None:
+        tokenizer_json = backend.to_str()
+        if _content_hash(tokenizer_json) != content:
+            return None, "the tokenizer changed since its proof"
+        with _PLANS_LOCK:
+            proved = _PROOFS.get(content)
+        if proved is None:  # forgotten meanwhile (a bounded table): prove again through the usual path
+            return span_bpe_for(backend, (engine,))
+        proof, reason = proved
+        plan = (None, reason, True) if proof is None else (*_build(engine, proof, tokenizer_json, content), False)
+        _keep(_PLANS, (content, engine), plan)
+    return plan[0], plan[1]

@@ -58,6 +58,8 @@ class SpanBpe:
     shortcut_only: tuple[str, ...] = field(default=(), kw_only=True)
     #: How many vocabulary tokens were left out of the ranks (never made by the merge loop).
     left_out: int = field(default=0, kw_only=True)
+    #: The sha256 of the tokenizer JSON the engine was built for (what its proof and plan are kept under).
+    content: str = field(default="", kw_only=True)
     _shortcut_search: Any = field(default=None, repr=False, kw_only=True)
     _byte_lengths: Any = field(default=None, repr=False, kw_only=True)
 

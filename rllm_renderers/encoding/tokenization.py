@@ -30,8 +30,11 @@ returns (which is what ``apply_chat_template(tokenize=True)`` does), computed as
      built in a fraction of the tokenizer's own load time and holds a few MB.  fastokens
      (:mod:`rllm_renderers.encoding.fastokens_spans`) runs every ``Split`` stage and the BPE in Rust and takes
      all spans of a text in one call, several times faster per render, but building it takes longer
-     than loading the tokenizer and holds a second full tokenizer: it is used when asked for (or
-     where tiktoken is not installed).  We then also do the second pass (normalized added tokens)
+     than loading the tokenizer and holds a second full tokenizer: ``"auto"`` builds it in a
+     background thread once the encoder has encoded enough text to show that the process renders
+     at scale, and switches to it when it is built (:mod:`rllm_renderers.encoding.engine_upgrade`;
+     the same ids before and after); it is also used when asked for (or where tiktoken is not
+     installed).  We then also do the second pass (normalized added tokens)
      ourselves; that needs an identity normalizer when there are any.
    * ``"hf"``: ONE ``encode_batch`` call on a *private copy* of the ``tokenizers.Tokenizer``.
      Private because padding, truncation and ``encode_special_tokens`` live on the backend object:
@@ -369,10 +372,13 @@ def _requested_backend(backend: str | None) -> str:
 
 
 def check_encoder_settings() -> None:
-    """A ValueError now, not at the first render, for a bad ``RLLM_RENDERERS_ENCODER`` or
-    ``RLLM_RENDERERS_PROOF``."""
+    """A ValueError now, not at the first render, for a bad ``RLLM_RENDERERS_ENCODER``,
+    ``RLLM_RENDERERS_PROOF`` or ``RLLM_RENDERERS_UPGRADE_AFTER``."""
+    from .engine_upgrade import upgrade_after
+
     _requested_backend(None)
     proof_mode()
+    upgrade_after()
 
 
 class _SpanCache:
@@ -511,29 +517,94 @@ class TextEncoder:
             self._rank_bpe, self.backend_reason = span_bpe_for(shared, engines, inline=inline)
         #: Set while the tokenizer's proof runs in the background (HF meanwhile): where its verdict will be.
         self._pending = self.backend_reason if isinstance(self.backend_reason, Pending) else None
-        #: ``"fastokens"``, ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
-        self.backend = self._rank_bpe.engine if self._rank_bpe is not None else "hf"
+        self._set_engine(self._rank_bpe)
+        # "auto" on tiktoken: fastokens is built in the background once this encoder has encoded
+        # _upgrade_after characters, and taken at the next encode after that (engine_upgrade).
+        self._auto = requested == "auto"
+        self._upgrade: Any = None
+        self._upgrade_after = self._first_upgrade_after()
+        self._encoded_chars = 0
+        # In a forked child the engine (Rust state) is built again before its first use (_after_fork).
+        self._stale_engine = False
+        #: Something to do before the next encode (_engine_step): a rebuild or the upgrade.
+        self._engine_due = self._upgrade_after is not None
+        forksafe.track(self)
+
+    def _set_engine(self, engine: Any) -> None:
+        """Encode spans with ``engine`` (None: the HF backend), and set up what follows from it.  The
+        engine is set first and the cut last, so a thread encoding meanwhile never pairs the cut
+        with an engine that has no segment calls (both engines give the same ids)."""
         # One engine call per text (no cache, no offsets): fastokens' segment list.
-        self._encode_text = getattr(self._rank_bpe, "encode_text", None)
+        encode_text = getattr(engine, "encode_text", None)
         # The common case of that, with the text cut by one re.split: every match of the added-token
         # pattern is emitted as it is (no lstrip/rstrip/single_word, no skipped or normalized tokens)
         # and fastokens gives each token's id for its content alone.
-        self._cut = None
-        if self._encode_text is not None and self._pattern is not None and not self._flagged and not self._normalized:
-            contents = self._rank_bpe.added_contents
-            if not self._rank_bpe.shortcut_only and all(
+        cut = None
+        if encode_text is not None and self._pattern is not None and not self._flagged and not self._normalized:
+            contents = engine.added_contents
+            if not engine.shortcut_only and all(
                 not token.skipped and contents.get(token.id) == content for content, token in self._splitters.items()
             ):
-                self._cut = re.compile(f"({self._pattern.pattern})").split
+                cut = re.compile(f"({self._pattern.pattern})").split
         # Where fastokens' own scan for added tokens is shown to find what the cut finds, a text that
         # needs no NFC is not cut at all: it goes as one segment (``_engine_scans_like_the_cut``).
-        self._engine_scans = self._cut is not None and self._engine_scans_like_the_cut()
+        engine_scans = cut is not None and self._engine_scans_like_the_cut(engine, cut)
+        self._rank_bpe = engine
+        #: ``"fastokens"``, ``"tiktoken"`` or ``"hf"``: what encodes the text between added tokens.
+        self.backend = engine.engine if engine is not None else "hf"
+        self._encode_text = encode_text
         # Token starts computed from byte lengths are the library's offsets unless its post-processor
         # trims them (module docstring, "Offsets").
-        self._offsets_from_lengths = self._rank_bpe is not None and _keeps_offsets(shared)
-        # In a forked child the engine (Rust state) is built again before its first use (_after_fork).
-        self._stale_engine = False
-        forksafe.track(self)
+        self._offsets_from_lengths = engine is not None and _keeps_offsets(self._shared)
+        self._cut = cut
+        self._engine_scans = engine_scans
+
+    def _first_upgrade_after(self) -> int | None:
+        """Characters to encode before fastokens is asked for (None: no upgrade for this encoder)."""
+        if not self._auto or self.backend != "tiktoken":
+            return None
+        from .engine_upgrade import upgrade_after
+
+        return upgrade_after()
+
+    def upgrade(self, *, wait: bool = True, timeout: float | None = None) -> str:
+        """Ask for fastokens now (an ``"auto"`` encoder on tiktoken; otherwise nothing changes), built
+        in the background (:mod:`~rllm_renderers.encoding.engine_upgrade`); with ``wait``, block until
+        it is built (or ``timeout`` seconds) and switch to it.  Returns :attr:`backend`."""
+        if self._upgrade_after is None:
+            return self.backend
+        self._upgrade_after = 0
+        self._engine_step(0)
+        if wait and self._upgrade is not None and self._upgrade.wait(timeout):
+            self._engine_step(0)
+        return self.backend
+
+    def _engine_step(self, chars: int) -> None:
+        """Before an encode of ``chars`` characters: the engine rebuilt in a forked child; fastokens
+        asked for once enough text went through tiktoken, and taken once built."""
+        if self._stale_engine:
+            self._rebuild_engine()
+        if self._upgrade_after is None:
+            self._engine_due = False
+            return
+        self._encoded_chars += chars
+        if self._upgrade is None:
+            if self._encoded_chars < self._upgrade_after:
+                return
+            from .engine_upgrade import request
+
+            self._upgrade = request(self._shared, self._rank_bpe.content)
+        upgrade = self._upgrade
+        if not upgrade.done():
+            return
+        if upgrade.engine is not None:
+            self._set_engine(upgrade.engine)
+            self.backend_reason = upgrade.reason
+        else:
+            self.backend_reason = "; ".join(filter(None, [self.backend_reason, upgrade.reason]))
+            logger.warning("fastokens was not built (%s); tiktoken keeps encoding", upgrade.reason)
+        self._upgrade_after = None
+        self._engine_due = False
 
     def proof_decided_since(self) -> bool:
         """Whether this encoder waits for a background proof (HF meanwhile) that has now been
@@ -548,8 +619,8 @@ class TextEncoder:
         ``plain_ranges``: half-open character ranges of ``text`` in which no added token is
         recognised (their text is encoded as ordinary text); see the module docstring.
         """
-        if self._stale_engine:
-            self._rebuild_engine()
+        if self._engine_due:
+            self._engine_step(len(text))
         try:
             if self._cut is not None and not plain_ranges:  # _encode's first case
                 return self._encode_cut(text)
@@ -568,8 +639,8 @@ class TextEncoder:
         lengths where that is the same; module docstring, "Offsets"), shifted by the span's start.
         Starts never decrease.
         """
-        if self._stale_engine:
-            self._rebuild_engine()
+        if self._engine_due:
+            self._engine_step(len(text))
         try:
             return self._encode([text], with_offsets=True, plain_ranges=[plain_ranges])[0]
         except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
@@ -579,8 +650,8 @@ class TextEncoder:
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(t) for t in texts]`` with a single backend call for all spans of all texts."""
         texts = list(texts)
-        if self._stale_engine:
-            self._rebuild_engine()
+        if self._engine_due:
+            self._engine_step(sum(map(len, texts)))
         try:
             return [ids for ids, _ in self._encode(texts, with_offsets=False, plain_ranges=[None] * len(texts))]
         except BaseException as exc:  # noqa: B036 - a Rust panic is a BaseException
@@ -591,7 +662,8 @@ class TextEncoder:
         """Build now what the first encode would build: the private backend copy its spans go to
         (the HF backend's, or the one an engine hands a span it does not cover), and with ``plain``
         the copy plain ranges use.  Afterwards no encode builds anything (the span cache and the
-        engines' own word caches still fill as texts come)."""
+        engines' own word caches still fill as texts come; fastokens comes in the background:
+        :meth:`upgrade`)."""
         if self._stale_engine:
             self._rebuild_engine()
         for hide in self._hides(plain):
@@ -623,27 +695,34 @@ class TextEncoder:
         self._use_hf(f"the {self.backend} engine panicked: {exc}")
 
     def _use_hf(self, reason: str) -> None:
-        self._rank_bpe = self._encode_text = self._cut = None
-        self._engine_scans = self._offsets_from_lengths = self._stale_engine = False
-        self.backend, self.backend_reason = "hf", reason
+        self._set_engine(None)
+        self._stale_engine = self._engine_due = False
+        self._upgrade_after = self._upgrade = None
+        self.backend_reason = reason
 
     def _rebuild_engine(self) -> None:
-        """The engine again, in a forked child (its Rust state is per process); HF if that fails."""
-        from .fast_encoder import span_bpe_for
+        """The engine again, in a forked child (its Rust state is per process); HF if that fails.  An
+        ``"auto"`` encoder starts again on tiktoken (fastokens would stall the child's first encode
+        for seconds) and asks for fastokens again in the background (:meth:`_after_fork`)."""
+        from .fast_encoder import ENGINES, span_bpe_for
 
-        engine, reason = span_bpe_for(self._shared, (self.backend,))
+        self._stale_engine = False
+        engine, reason = span_bpe_for(self._shared, ENGINES if self._auto else (self.backend,))
         if engine is None:
             self._use_hf(reason)
             return
-        self._rank_bpe, self._encode_text = engine, getattr(engine, "encode_text", None)
-        self._stale_engine = False
+        self._set_engine(engine)
 
     def _after_fork(self) -> None:
         """In a forked child (rllm_renderers.forksafe): new locks, an empty span cache, and the engine
-        rebuilt before its next use."""
+        rebuilt before its next use; an upgrade asked for in the parent is asked for again (its
+        thread is not in the child)."""
         self._copies_lock = threading.Lock()
         self._cache._after_fork()
         self._stale_engine = self._rank_bpe is not None
+        if self._auto and self._rank_bpe is not None and (self._upgrade is not None or self.backend == "fastokens"):
+            self._upgrade, self._upgrade_after = None, 0
+        self._engine_due = self._stale_engine or self._upgrade_after is not None
 
     def clear_cache(self) -> None:
         """Forget the cached span encodings."""
@@ -753,7 +832,7 @@ class TextEncoder:
             ids += engine.encode_marked(text[stretch:])
         return ids
 
-    def _engine_scans_like_the_cut(self) -> bool:
+    def _engine_scans_like_the_cut(self, engine: Any, cut: Any) -> bool:
         """Whether fastokens, given text as one ``allow_special`` segment, finds the added tokens the
         cut finds, at the same places.  Both are leftmost-longest scans (the library's
         ``AddedVocabulary``, which fastokens reimplements, and :func:`_longest_match_pattern`) over
@@ -763,10 +842,10 @@ class TextEncoder:
         each content alone, inside words, against the longer contents it begins and overlapping the
         contents its suffixes begin.  The differential tests check the ids on adversarial text."""
         ours = {content: token.id for content, token in self._splitters.items()}
-        if self._rank_bpe.engine_added_tokens() != ours:
+        if engine.engine_added_tokens() != ours:
             return False
         probe = _added_token_probe(ours)
-        return self._rank_bpe.encode_marked(probe) == self._rank_bpe.encode_alternating(probe, self._cut(probe))
+        return engine.encode_marked(probe) == engine.encode_alternating(probe, cut(probe))
 
     def _long_span_ids(self, span: str) -> list[int]:
         """The ids of a normalized span, through the span cache (its key: the engine's name and the span)."""
