@@ -66,7 +66,8 @@ class SearchedText:
         time is matched once, not once per message)."""
         values: dict[int, str] = {}
         rest, start = rendered, 0
-        if after is not None and rendered.startswith(after.rendered):
+        # (not after a render that ends with a placeholder: its text was taken as short as it could be)
+        if after is not None and not after.rendered.endswith(NEEDLE_CLOSE) and rendered.startswith(after.rendered):
             rest, start, values = rendered[len(after.rendered) :], after.end, dict(after.values)
         pieces = NEEDLE.split(rest)  # literal, number, literal, number, ..., literal
         literals, numbers = pieces[::2], [int(number) for number in pieces[1::2]]
