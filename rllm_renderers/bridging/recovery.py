@@ -93,9 +93,29 @@ class Candidate:
     position: int = -1  # where in the text the last message's header ends (each message moves it on)
     fallback: bool = False  # an assistant turn read as one placeholder: tried only where no sampled reading of it completes
     matched: Matched | None = None  # the render of the messages before the last one, as far as it was matched
+    base: "Rendered | None" = None  # a render of exactly these messages, which renders of longer ones resume
+    parent_base: "Rendered | None" = None  # else the one of the messages before the last (to make it from)
 
-    def with_message(self, message: Message, matched: Matched, needles: int = 0, fallback: bool = False) -> "Candidate":
-        return Candidate([*self.messages, message], self.needles + needles, matched.end, fallback, matched)
+    def with_message(
+        self, message: Message, matched: Matched, needles: int = 0, fallback: bool = False, base: "Rendered | None" = None
+    ) -> "Candidate":
+        parent = None if base is not None else self.base
+        return Candidate([*self.messages, message], self.needles + needles, matched.end, fallback, matched, base, parent)
+
+
+class Rendered(NamedTuple):
+    """A candidate's render: its whole text, and the template's output, which starts at character
+    ``output.origin`` of that text where the render resumed an earlier one's message loop."""
+
+    full: str
+    output: Any
+
+    def text(self) -> str:
+        return self.full
+
+    def message_spans(self) -> list[tuple[int, int]]:
+        origin = self.output.origin
+        return [(offset + origin, index) for offset, index in self.output.message_spans()]
 
 
 class Reader:
@@ -108,6 +128,7 @@ class Reader:
         self.tools = tools
         self.runs = 0
         self._converted: dict[int, tuple] = {}  # id(message) -> (message, converted)
+        self.follower = {"role": "user", "content": needle(FILLER)}
         self.opening = renderer.turn_opening()
         self.stops = tuple(stop for stop in (renderer.TURN.stop_tokens if renderer.TURN else ()) if stop)
         # a placeholder's text never runs across a turn boundary (a stop, the turn opening, or an
@@ -138,13 +159,20 @@ class Reader:
         return added | set(TAG.findall(frames))
 
     # a render of candidate messages, as text and as the message spans the template marked
-    def render(self, messages: list[Message], add_generation_prompt: bool):
+    def render(self, messages: list[Message], add_generation_prompt: bool, base: Rendered | None = None):
+        """The render of ``messages``, resumed from ``base`` (a render of the first of them) where
+        the template's message loop allows it (:mod:`rllm_renderers.bridging.resume` checks that it
+        is exact, else it runs in full); None where the template refuses them."""
         self.runs += 1
         if self.runs > RUN_BUDGET:
             raise Unrecoverable(f"budget: more than {RUN_BUDGET} template runs")
         try:
             inputs = jinja.TemplateList(map(self.converted, messages))
-            return self.renderer._run_template(inputs, self.template_tools, add_generation_prompt)
+            checkpoint = base.output.checkpoint if base is not None else None
+            output = self.renderer._run_template(
+                inputs, self.template_tools, add_generation_prompt, record=True, resume_from=checkpoint
+            )
+            return Rendered(base.full[: output.origin] + output.text() if output.origin else output.text(), output)
         except ValueError:  # the template refuses this candidate
             return None
         except (KeyError, AttributeError, IndexError, LookupError) as exc:
@@ -162,16 +190,16 @@ class Reader:
             known = self._converted[id(message)] = (message, self.renderer.template_messages([message], marked=False)[0])
         return known[1]
 
-    def starts(self, messages: list[Message]):
+    def starts(self, messages: list[Message], base: Rendered | None):
         """Renders of the first messages of a conversation, to compare with the text's start: as
         they are, then followed by a user message, which the comparison stops before. The template
         may write earlier turns otherwise when a user query follows them (Qwen3.5 drops an empty
         reasoning block before the last one), or refuse a conversation for what it lacks so far
-        ("No user query found")."""
-        for conversation in (messages, [*messages, {"role": "user", "content": needle(FILLER)}]):
-            output = self.render(conversation, False)
+        ("No user query found"). Yields the text, and the render when it is of ``messages`` alone."""
+        for conversation in (messages, [*messages, self.follower]):
+            output = self.render(conversation, False, base)
             if output is not None:
-                yield output.text()
+                yield output.text(), output if conversation is messages else None
 
     def matches_prefix(self, rendered: str, candidate: Candidate) -> Matched | None:
         """The match of ``rendered`` (placeholders: any text) with the text's start, going on from
@@ -209,6 +237,8 @@ class Reader:
         return messages
 
     def search(self, candidate: Candidate):
+        if candidate.base is None and candidate.parent_base is not None:  # (a turn read as sampled)
+            candidate.base = self.render(candidate.messages, False, candidate.parent_base)
         if candidate.messages:
             complete = self.complete(candidate)
             if complete is not None:
@@ -223,7 +253,7 @@ class Reader:
 
     def complete(self, candidate: Candidate) -> list[Message] | None:
         """The candidate with its placeholders filled, when its whole render is the text."""
-        output = self.render(candidate.messages, True)
+        output = self.render(candidate.messages, True, candidate.base)
         if output is None:
             return None
         match = self.searched.match(output.text(), whole=True, after=candidate.matched)
@@ -238,13 +268,13 @@ class Reader:
             if role not in ROLES_READ_AS_NEEDLES:
                 continue
             message = needle_message(role, needle(number), candidate.messages)
-            for rendered in self.starts([*candidate.messages, message]):
+            for rendered, base in self.starts([*candidate.messages, message], candidate.base):
                 at = rendered.find(needle(number))
                 if at < 0 or not rendered[:at].rsplit(NEEDLE_CLOSE, 1)[-1].strip():
                     break  # nothing but white space sets it apart from the message before: not readable
                 match = self.matches_prefix(rendered[:at], candidate)
                 if match is not None and match.end > candidate.position:
-                    yield candidate.with_message(message, match, 1)
+                    yield candidate.with_message(message, match, 1, base=base)
                     break
         if "assistant" in (self.renderer.ROLES or ("assistant",)):
             yield from self.assistant_turns(candidate)
@@ -258,12 +288,14 @@ class Reader:
         reasoning block); the opening read is what both and the generation prompt share."""
         number = candidate.needles
         placeholder = {"role": "assistant", "content": needle(number)}
-        follower = {"role": "user", "content": needle(FILLER)}
         forms = []  # (text before the turn, header up to the placeholder, close after it)
-        for messages in ([*candidate.messages, placeholder], [*candidate.messages, placeholder, follower]):
-            output = self.render(messages, False)
+        alone = None  # the render of the placeholder turn as the last message
+        for messages in ([*candidate.messages, placeholder], [*candidate.messages, placeholder, self.follower]):
+            output = self.render(messages, False, candidate.base)
             if output is None:
                 continue
+            if len(messages) == len(candidate.messages) + 1:
+                alone = output
             rendered = output.text()
             starts = [offset for offset, index in output.message_spans() if index == len(candidate.messages)]
             at = rendered.find(needle(number))
@@ -287,7 +319,7 @@ class Reader:
         for before, header, _ in forms:
             match = self.matches_prefix(before + header, candidate)
             if match is not None and match.end > candidate.position:
-                yield candidate.with_message(placeholder, match, 1, fallback=True)
+                yield candidate.with_message(placeholder, match, 1, fallback=True, base=alone)
                 return
 
     def sampled_turns(self, start: int, opening: str, closes: list[str]):
