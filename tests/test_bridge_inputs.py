@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import copy
 import pickle
+import re
 
 import pytest
 
@@ -124,23 +125,24 @@ def test_a_prompt_without_the_generation_prompt_is_not_bridged():
     assert renderer.bridge_to_next_turn(bare, completion, [FOLLOW_UP]) is None
 
 
-def test_messages_that_do_not_match_the_prompt_are_an_error(llama):
+def test_messages_that_do_not_match_the_prompt_give_none_with_the_reason_logged(llama, caplog):
+    """A caller's mismatch is never an exception (a gateway would answer 500): None, and the
+    reason logged."""
     renderer, prompt, completion, _ = llama
     other = [{"role": "user", "content": "Other."}]
     fresh = renderer_of("llama_3_1")  # knows only what it is told: the prompt's end does not match
-    with pytest.raises(ValueError, match="do not end as the template renders `messages`"):
-        fresh.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
-    # a renderer that produced the prompt lends its remembered text only to that same conversation:
-    # other messages are the caller's error there too
-    with pytest.raises(ValueError, match="do not end as the template renders `messages`"):
-        renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other)
+    with caplog.at_level("DEBUG", logger="rllm_renderers"):
+        assert fresh.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other) is None
+        # a renderer that produced the prompt lends its remembered text only to that same conversation
+        assert renderer.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], messages=other) is None
+    assert sum("do not end as the template renders `messages`" in record.getMessage() for record in caplog.records) == 2
 
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 
 
 @pytest.mark.parametrize("module", ["qwen2_5", "llama_3_1"])
-def test_messages_or_tools_that_differ_before_the_prompts_end_are_an_error(module):
+def test_messages_or_tools_that_differ_before_the_prompts_end_give_none(module, caplog):
     """Only the prompt's last tokens are compared with its end as ``messages`` renders it; a history
     (or tools) that differs earlier, a system prompt or a tool list, would have been taken as the
     prompt's and the new tokens rendered after the wrong state. Caught for a renderer that knows the
@@ -152,10 +154,11 @@ def test_messages_or_tools_that_differ_before_the_prompts_end_are_an_error(modul
     more_tools = TOOLS + [{"type": "function", "function": {"name": "send", "description": "Send it.", "parameters": {}}}]
     mismatch = "previous_prompt_ids (are not the template's rendering of|do not end as the template renders) `messages`"
     for bridging in (renderer, renderer_of(module)):
-        with pytest.raises(ValueError, match=mismatch):
-            bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS, messages=other_system)
-        with pytest.raises(ValueError, match=mismatch):
-            bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=more_tools, messages=history)
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="rllm_renderers"):
+            assert bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS, messages=other_system) is None
+            assert bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=more_tools, messages=history) is None
+        assert sum(bool(re.search(mismatch, record.getMessage())) for record in caplog.records) == 2
         expected = renderer.render_ids(history + [REPLY, FOLLOW_UP], tools=TOOLS, add_generation_prompt=True)
         assert bridging.bridge_to_next_turn(prompt, completion, [FOLLOW_UP], tools=TOOLS, messages=history).token_ids == expected
 

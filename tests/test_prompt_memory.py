@@ -186,3 +186,49 @@ def test_a_result_the_caller_changed_is_not_recalled():
     following = renderer.bridge_to_next_turn(pristine, next_completion, next_new, tools=TOOLS)
     expected = renderer.render_ids(longer + [next_assistant] + next_new, tools=TOOLS, add_generation_prompt=True)
     assert following is not None and following.token_ids == expected
+
+
+def test_sessions_that_share_prompt_ids_never_get_each_others_extension():
+    """Two sessions whose conversations render to the same prompt ids: one user typed the control
+    tokens that spell the other session's turns (the default mode lets them through). DeepSeek-V3
+    opens the tool-output block only at the first tool result of a conversation, so the same
+    sampled turn and tool result extend the two prompts differently. Ids alone cannot say which
+    session is asking: None; with ``messages=``, each gets its own extension."""
+    family = next(family for family in FAMILIES if family.module == "deepseek_v3")
+    renderer = family.renderer_class(family.load_tokenizer())
+    first = [  # (transformers 5 drops content None, and with content this template writes no calls)
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking."},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "Thanks. Look once more?"},
+    ]
+    text = renderer.render_text(first, add_generation_prompt=True)
+    opening, generation_prompt = "<｜User｜>", "<｜Assistant｜>"
+    spelled = text[text.index(opening) + len(opening) : -len(generation_prompt)]
+    second = [{"role": "user", "content": spelled}]  # one user message holding the other's turns
+    prompt = renderer.render_ids(first, add_generation_prompt=True)
+    assert renderer.render_ids(second, add_generation_prompt=True) == prompt  # (both remembered now)
+    reply = {"role": "assistant", "content": "Let me check."}
+    completion = renderer.render_ids(first + [reply])[len(prompt) :]
+    completion = completion[: completion.index(renderer.get_stop_token_ids()[0]) + 1]
+    new = [{"role": "tool", "tool_call_id": "c1", "content": "rain"}]
+    expected = [renderer.render_ids(history + [reply] + new, add_generation_prompt=True) for history in (first, second)]
+    assert expected[0] != expected[1] and all(ids[: len(prompt)] == prompt for ids in expected)
+    assert renderer.bridge_to_next_turn(prompt, completion, new) is None
+    for history, ids in zip((first, second), expected):
+        assert renderer.bridge_to_next_turn(prompt, completion, new, messages=history).token_ids == ids
+    # a renderer that remembers only one of them goes on from it
+    alone = family.renderer_class(family.load_tokenizer())
+    alone.render_ids(first, add_generation_prompt=True)
+    assert alone.bridge_to_next_turn(prompt, completion, new).token_ids == expected[0]
+
+
+def test_equal_histories_remembered_twice_are_one():
+    memory = PromptHistories()
+    memory.remember([1, 2, 3], History([{"role": "user", "content": "a"}], None))
+    memory.remember([1, 2, 3], History([{"role": "user", "content": "a"}], None))
+    assert memory.recall([1, 2, 3]).others == ()
+    memory.remember([1, 2, 3], History([{"role": "user", "content": "b"}], None))
+    recalled = memory.recall([1, 2, 3])
+    assert recalled.history.messages[0]["content"] == "b" and [h.messages[0]["content"] for h in recalled.others] == ["a"]

@@ -25,7 +25,8 @@ generation prompt, and earlier bridge results), keyed by the prompt's exact ids.
 renderer does not vouch for (``messages=`` other than the remembered ones, a prompt it never
 produced, the remembered messages with other ``tools``) is rendered and must prove to be the
 prompt's: the remembered text for those ids, or text that encodes (under "template": or whose ids
-decode) to exactly the prompt; else ``messages=`` is a ValueError and a recalled history None.
+decode) to exactly the prompt; else None (for ``messages=``, with the reason logged: a caller's
+mismatch is never an exception, so a gateway never fails the request over it).
 Under "verbatim" a prompt may hold turns kept as sampled, which the template renders otherwise,
 so only its end is compared with ``messages``. A prompt the renderer cannot trace back to its
 messages gets ``None``.
@@ -76,6 +77,7 @@ TOKEN_TEXT_WINDOW = 256
 
 logger = logging.getLogger(__name__)
 _explained: set[type] = set()  # classes whose "cannot bridge" reason was logged
+_mismatches: set[tuple[type, str]] = set()  # (class, reason) of a caller's mismatch logged as a warning
 
 
 def unlearned_reason(renderer: BridgeableRenderer) -> str | None:
@@ -339,6 +341,8 @@ def bridge_turn(
     turn = BridgePoint(renderer, prompt, recalled, completion, new, new_inputs, tools)
     if history is None:  # a prompt the renderer did not produce (an inference server's): read it back
         return bridge_from_recovered(turn, template_tools)
+    if messages is None and recalled.others:  # other sessions' conversations with the same prompt ids
+        return bridge_from_shared(turn, recalled, template_tools)
     bridged = turn.bridge(history, known, remembered, messages is not None)
     if bridged is None:
         return None
@@ -381,6 +385,32 @@ def bridge_from_recovered(turn: "BridgePoint", template_tools: Any) -> RenderedT
     return result
 
 
+def bridge_from_shared(turn: "BridgePoint", recalled: Recalled, template_tools: Any) -> RenderedTokens | None:
+    """The bridge from a prompt the renderer remembers with several histories (sessions whose
+    conversations render to the same ids: a user may type the control tokens that spell another
+    session's turns). The ids do not say which history they hold, so each is bridged, and the
+    bridge goes on only when all give the same tokens (as recovery requires of its readings);
+    else None, never one session's template state in another's prompt."""
+    renderer = turn.renderer
+    outcomes = []
+    for remembered in (recalled.history, *recalled.others):
+        history, known = history_of(renderer, remembered, None, template_tools)
+        outcome = turn.bridge(history, known, remembered, False)
+        if outcome is None:
+            return None
+        outcomes.append(outcome)
+    result = outcomes[0][0]
+    if any(list(other.token_ids) != list(result.token_ids) for other, _ in outcomes[1:]):
+        logger.debug(
+            "%s: no bridge: conversations of other sessions render to the same prompt ids and bridge to other tokens",
+            type(renderer).__name__,
+        )
+        return None
+    for _, memory in outcomes:  # (all of them again: the ids still do not say which one)
+        renderer.prompt_histories.remember(result.token_ids, memory)
+    return result
+
+
 class NotThePrompt(Exception):
     """A recovered conversation whose render is not the previous prompt (``BridgePoint.bridge``, strict)."""
 
@@ -404,7 +434,7 @@ class BridgePoint(NamedTuple):
 
         ``known``: the history is the prompt's (remembered); else it must prove to be
         (:func:`renders_previous_prompt`; ``strict``: on every token, also under "verbatim"), and a
-        caller's ``messages`` (``messages_given``) that does not is a ValueError, a recovered one
+        caller's ``messages`` (``messages_given``) that does not gives None (logged), a recovered one
         (``strict``) :class:`NotThePrompt`.
         """
         renderer, prompt, completion, new = self.renderer, self.prompt, self.completion, self.new
@@ -436,10 +466,11 @@ class BridgePoint(NamedTuple):
                 raise NotThePrompt
             if not messages_given:
                 return None  # the prompt's own conversation renders otherwise with these tools
-            raise ValueError(
+            return caller_mismatch(
+                renderer,
                 "previous_prompt_ids are not the template's rendering of `messages` with these `tools` (they "
                 "differ before the prompt's end); pass the conversation and tools the previous prompt was "
-                "rendered from (without the sampled turn)"
+                "rendered from (without the sampled turn)",
             )
         suffix_start = sampled_turn_end(
             renderer,
@@ -554,10 +585,23 @@ def no_generation_prompt_or_mismatch(renderer, prompt, history: History, message
         without = None
     if without is not None and ends_like(renderer, prompt, without):
         return None
-    raise ValueError(
+    return caller_mismatch(
+        renderer,
         "previous_prompt_ids do not end as the template renders `messages` with the generation prompt; "
-        "pass the conversation the previous prompt was rendered from (without the sampled turn)"
+        "pass the conversation the previous prompt was rendered from (without the sampled turn)",
     )
+
+
+def caller_mismatch(renderer: BridgeableRenderer, reason: str) -> None:
+    """None for a caller's ``messages`` that are not the previous prompt's (a partial or other
+    history, another server's render of it): the engine re-renders, as after any None, and never
+    fails the request (a gateway would answer 500). Logged as a warning once per renderer class and
+    reason, at debug level after that."""
+    key = (type(renderer), reason)
+    level = logging.DEBUG if key in _mismatches else logging.WARNING
+    _mismatches.add(key)
+    logger.log(level, "%s: no bridge: %s", type(renderer).__name__, reason)
+    return None
 
 
 def sampled_turn_end(

@@ -78,6 +78,9 @@ class Recalled(NamedTuple):
     store: list
     length: int
     history: History
+    #: the other histories remembered for the same ids (another session whose messages render to the
+    #: same prompt: a user who typed the control tokens that spell another conversation's turns)
+    others: tuple = ()
 
     def ids(self) -> list[int]:
         """A fresh list of the prompt's ids (the renderer's own ints)."""
@@ -147,18 +150,37 @@ class PromptHistories:
                 self._count -= len(dropped)
 
     def recall(self, ids: list[int]) -> Recalled | None:
-        """The remembered prompt equal to ``ids``, or None for ids the renderer does not know."""
+        """The remembered prompt equal to ``ids`` (the latest), or None for ids the renderer does not
+        know. Every other history remembered for the same ids and unlike the latest's is in its
+        ``others``: the prompt alone does not say which one it holds (the bridge goes on only where
+        they all give the same tokens)."""
         try:
             key = self._key(ids)
             hash(key)
         except TypeError:  # unhashable elements: not a prompt this renderer produced
             return None
+        found = []
         with self._lock:
             bucket = self._entries.get(key, ())
             for position, entry in enumerate(bucket):
                 if len(entry.store) != entry.length:  # a later prompt grew its store: give it its own
                     entry = bucket[position] = Recalled(entry.ids(), entry.length, entry.history)
                 if entry.store == ids:
-                    self._entries.move_to_end(key)
-                    return entry
-        return None
+                    found.append(entry)
+            if found:
+                self._entries.move_to_end(key)
+        if not found:
+            return None
+        latest = found[0]
+        others = []
+        for entry in found[1:]:
+            if not same_history(entry.history, latest.history) and not any(
+                same_history(entry.history, other) for other in others
+            ):
+                others.append(entry.history)
+        return latest._replace(others=tuple(others)) if others else latest
+
+
+def same_history(first: History, second: History) -> bool:
+    """Whether two remembered histories are the same conversation and tools."""
+    return first.messages == second.messages and (first.tools is second.tools or first.tools == second.tools)

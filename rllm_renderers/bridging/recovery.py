@@ -38,17 +38,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..jinja import runtime as jinja
 from ..turns.parsing import parse_text, starts_in_call
 from ..turns.messages import RENDERABLE_CALLS, message_from_parse
 from .contract import BridgeableRenderer
+from .placeholders import NEEDLE, NEEDLE_CLOSE, Matched, SearchedText, needle
 from ..turns.boundaries import close_lead_of, content_lead_of
 from ..types import Message
 
 logger = logging.getLogger(__name__)
 
-#: Placeholders (private-use characters around a number) no prompt holds and no template changes.
-NEEDLE_OPEN, NEEDLE_CLOSE = "\ue000", "\ue001"
-NEEDLE = re.compile(f"{NEEDLE_OPEN}(\\d+){NEEDLE_CLOSE}")
 #: Template runs one recovery may spend before it gives up (a prompt of n messages needs about 4n).
 RUN_BUDGET = 4000
 ROLES_READ_AS_NEEDLES = ("system", "user", "tool")
@@ -60,10 +59,6 @@ FRAME = 40  # characters either side of a message's text looked at for the tags 
 HIDDEN_REASONING, HIDDEN_CONTENT = "\ue002", "\ue003"
 TAG = re.compile(r"</?[A-Za-z_][\w.:-]{0,30}>|\[/?[A-Z_]{2,20}\]")  # <tool_result>, [INST]
 _explained: set[tuple[type, str]] = set()
-
-
-def needle(number: int) -> str:
-    return f"{NEEDLE_OPEN}{number}{NEEDLE_CLOSE}"
 
 
 class Recovery(NamedTuple):
@@ -96,9 +91,31 @@ class Candidate:
     messages: list[Message]
     needles: int = 0
     position: int = -1  # where in the text the last message's header ends (each message moves it on)
+    fallback: bool = False  # an assistant turn read as one placeholder: tried only where no sampled reading of it completes
+    matched: Matched | None = None  # the render of the messages before the last one, as far as it was matched
+    base: "Rendered | None" = None  # a render of exactly these messages, which renders of longer ones resume
+    parent_base: "Rendered | None" = None  # else the one of the messages before the last (to make it from)
 
-    def with_message(self, message: Message, position: int, needles: int = 0) -> "Candidate":
-        return Candidate([*self.messages, message], self.needles + needles, position)
+    def with_message(
+        self, message: Message, matched: Matched, needles: int = 0, fallback: bool = False, base: "Rendered | None" = None
+    ) -> "Candidate":
+        parent = None if base is not None else self.base
+        return Candidate([*self.messages, message], self.needles + needles, matched.end, fallback, matched, base, parent)
+
+
+class Rendered(NamedTuple):
+    """A candidate's render: its whole text, and the template's output, which starts at character
+    ``output.origin`` of that text where the render resumed an earlier one's message loop."""
+
+    full: str
+    output: Any
+
+    def text(self) -> str:
+        return self.full
+
+    def message_spans(self) -> list[tuple[int, int]]:
+        origin = self.output.origin
+        return [(offset + origin, index) for offset, index in self.output.message_spans()]
 
 
 class Reader:
@@ -110,10 +127,14 @@ class Reader:
         self.template_tools = template_tools
         self.tools = tools
         self.runs = 0
+        self._converted: dict[int, tuple] = {}  # id(message) -> (message, converted)
+        self.follower = {"role": "user", "content": needle(FILLER)}
         self.opening = renderer.turn_opening()
         self.stops = tuple(stop for stop in (renderer.TURN.stop_tokens if renderer.TURN else ()) if stop)
-        boundaries = sorted({*self.stops, self.opening.strip(), *self.markers()} - {""}, key=len, reverse=True)
-        self.capture = f"(?:(?!{'|'.join(map(re.escape, boundaries))}).)*?" if boundaries else ".*?"
+        # a placeholder's text never runs across a turn boundary (a stop, the turn opening, or an
+        # added token the template writes around messages: :meth:`markers`): a message's text that
+        # holds one is read as the turns it spells out, or not at all
+        self.searched = SearchedText(text, {*self.stops, self.opening.strip(), *self.markers()} - {""})
 
     def markers(self) -> set[str]:
         """The tokenizer's added tokens the template itself writes around messages (found in a render
@@ -138,45 +159,52 @@ class Reader:
         return added | set(TAG.findall(frames))
 
     # a render of candidate messages, as text and as the message spans the template marked
-    def render(self, messages: list[Message], add_generation_prompt: bool):
+    def render(self, messages: list[Message], add_generation_prompt: bool, base: Rendered | None = None):
+        """The render of ``messages``, resumed from ``base`` (a render of the first of them) where
+        the template's message loop allows it (:mod:`rllm_renderers.bridging.resume` checks that it
+        is exact, else it runs in full); None where the template refuses them."""
         self.runs += 1
         if self.runs > RUN_BUDGET:
             raise Unrecoverable(f"budget: more than {RUN_BUDGET} template runs")
         try:
-            inputs = self.renderer.template_messages(messages, marked=False)  # (its text is all that is read)
-            return self.renderer._run_template(inputs, self.template_tools, add_generation_prompt)
+            inputs = jinja.TemplateList(map(self.converted, messages))
+            checkpoint = base.output.checkpoint if base is not None else None
+            output = self.renderer._run_template(
+                inputs, self.template_tools, add_generation_prompt, record=True, resume_from=checkpoint
+            )
+            return Rendered(base.full[: output.origin] + output.text() if output.origin else output.text(), output)
         except ValueError:  # the template refuses this candidate
             return None
+        except (KeyError, AttributeError, IndexError, LookupError) as exc:
+            # a conversation made up here that the template's code cannot take (not a caller's input):
+            # no reading, never an exception out of the bridge
+            logger.debug("%s: recovery candidate not rendered: %r", type(self.renderer).__name__, exc)
+            return None
 
-    def starts(self, messages: list[Message]):
+    def converted(self, message: Message):
+        """``message`` as the template sees it, converted once per search (candidates share their
+        messages; the conversion of one message does not depend on the others)."""
+        known = self._converted.get(id(message))
+        if known is None or known[0] is not message:
+            # (its text is all that is read: no caller-text marks)
+            known = self._converted[id(message)] = (message, self.renderer.template_messages([message], marked=False)[0])
+        return known[1]
+
+    def starts(self, messages: list[Message], base: Rendered | None):
         """Renders of the first messages of a conversation, to compare with the text's start: as
         they are, then followed by a user message, which the comparison stops before. The template
         may write earlier turns otherwise when a user query follows them (Qwen3.5 drops an empty
         reasoning block before the last one), or refuse a conversation for what it lacks so far
-        ("No user query found")."""
-        for conversation in (messages, [*messages, {"role": "user", "content": needle(FILLER)}]):
-            output = self.render(conversation, False)
+        ("No user query found"). Yields the text, and the render when it is of ``messages`` alone."""
+        for conversation in (messages, [*messages, self.follower]):
+            output = self.render(conversation, False, base)
             if output is not None:
-                yield output.text()
+                yield output.text(), output if conversation is messages else None
 
-    def pattern(self, rendered: str) -> str:
-        """A regular expression for ``rendered``: its placeholders are captures (a placeholder the
-        template writes again must capture the same text), the rest literal. A capture never runs
-        across a turn boundary (a stop, the turn opening, or an added token the template writes
-        around messages: :meth:`markers`): a message's text that holds one is read as the turns it
-        spells out, or not at all."""
-        parts, seen, position = [], set(), 0
-        for match in NEEDLE.finditer(rendered):
-            parts.append(re.escape(rendered[position : match.start()]))
-            number = match.group(1)
-            parts.append(f"(?P=n{number})" if number in seen else f"(?P<n{number}>{self.capture})")
-            seen.add(number)
-            position = match.end()
-        parts.append(re.escape(rendered[position:]))
-        return "".join(parts)
-
-    def matches_prefix(self, rendered: str) -> re.Match | None:
-        return re.compile(self.pattern(rendered), re.DOTALL).match(self.text)
+    def matches_prefix(self, rendered: str, candidate: Candidate) -> Matched | None:
+        """The match of ``rendered`` (placeholders: any text) with the text's start, going on from
+        the candidate's own match where ``rendered`` starts with the render it matched."""
+        return self.searched.match(rendered, after=candidate.matched)
 
     # the steps of the search
     def read(self) -> list[list[Message]]:
@@ -209,23 +237,29 @@ class Reader:
         return messages
 
     def search(self, candidate: Candidate):
+        if candidate.base is None and candidate.parent_base is not None:  # (a turn read as sampled)
+            candidate.base = self.render(candidate.messages, False, candidate.parent_base)
         if candidate.messages:
             complete = self.complete(candidate)
             if complete is not None:
                 yield complete
+        sampled_read = False  # the assistant turn here read as sampled, in a complete reading
         for extended in self.next_messages(candidate):
-            yield from self.search(extended)
+            if extended.fallback and sampled_read:
+                continue  # (the placeholder reading of that turn is parsed into the same turn afterwards)
+            for reading in self.search(extended):
+                sampled_read = sampled_read or extended.messages[-1].get("role") == "assistant"
+                yield reading
 
     def complete(self, candidate: Candidate) -> list[Message] | None:
         """The candidate with its placeholders filled, when its whole render is the text."""
-        output = self.render(candidate.messages, True)
+        output = self.render(candidate.messages, True, candidate.base)
         if output is None:
             return None
-        match = re.compile(self.pattern(output.text()), re.DOTALL).fullmatch(self.text)
+        match = self.searched.match(output.text(), whole=True, after=candidate.matched)
         if match is None:
             return None
-        values = {int(name[1:]): value for name, value in match.groupdict().items()}
-        return [fill(message, values) for message in candidate.messages]
+        return [fill(message, match.values) for message in candidate.messages]
 
     def next_messages(self, candidate: Candidate):
         """Candidates one message longer whose render, up to the new message's content, starts the text."""
@@ -234,13 +268,13 @@ class Reader:
             if role not in ROLES_READ_AS_NEEDLES:
                 continue
             message = needle_message(role, needle(number), candidate.messages)
-            for rendered in self.starts([*candidate.messages, message]):
+            for rendered, base in self.starts([*candidate.messages, message], candidate.base):
                 at = rendered.find(needle(number))
                 if at < 0 or not rendered[:at].rsplit(NEEDLE_CLOSE, 1)[-1].strip():
                     break  # nothing but white space sets it apart from the message before: not readable
-                match = self.matches_prefix(rendered[:at])
-                if match is not None and match.end() > candidate.position:
-                    yield candidate.with_message(message, match.end(), 1)
+                match = self.matches_prefix(rendered[:at], candidate)
+                if match is not None and match.end > candidate.position:
+                    yield candidate.with_message(message, match, 1, base=base)
                     break
         if "assistant" in (self.renderer.ROLES or ("assistant",)):
             yield from self.assistant_turns(candidate)
@@ -254,12 +288,14 @@ class Reader:
         reasoning block); the opening read is what both and the generation prompt share."""
         number = candidate.needles
         placeholder = {"role": "assistant", "content": needle(number)}
-        follower = {"role": "user", "content": needle(FILLER)}
         forms = []  # (text before the turn, header up to the placeholder, close after it)
-        for messages in ([*candidate.messages, placeholder], [*candidate.messages, placeholder, follower]):
-            output = self.render(messages, False)
+        alone = None  # the render of the placeholder turn as the last message
+        for messages in ([*candidate.messages, placeholder], [*candidate.messages, placeholder, self.follower]):
+            output = self.render(messages, False, candidate.base)
             if output is None:
                 continue
+            if len(messages) == len(candidate.messages) + 1:
+                alone = output
             rendered = output.text()
             starts = [offset for offset, index in output.message_spans() if index == len(candidate.messages)]
             at = rendered.find(needle(number))
@@ -275,15 +311,15 @@ class Reader:
         closes = sorted({close for _, _, close in forms})
         starts = set()
         for before, _, _ in forms:
-            match = self.matches_prefix(before + opening) if opening else None
-            if match is not None and match.end() > candidate.position and match.end() not in starts:
-                starts.add(match.end())
-                for turn in self.sampled_turns(match.end(), opening, closes):
-                    yield candidate.with_message(turn, match.end())
+            match = self.matches_prefix(before + opening, candidate) if opening else None
+            if match is not None and match.end > candidate.position and match.end not in starts:
+                starts.add(match.end)
+                for turn in self.sampled_turns(match.end, opening, closes):
+                    yield candidate.with_message(turn, match)
         for before, header, _ in forms:
-            match = self.matches_prefix(before + header)
-            if match is not None and match.end() > candidate.position:
-                yield candidate.with_message(placeholder, match.end(), 1)
+            match = self.matches_prefix(before + header, candidate)
+            if match is not None and match.end > candidate.position:
+                yield candidate.with_message(placeholder, match, 1, fallback=True, base=alone)
                 return
 
     def sampled_turns(self, start: int, opening: str, closes: list[str]):
@@ -293,14 +329,17 @@ class Reader:
         sample, and writes its reasoning as a message of its own before it)."""
         ends = {}
         stops = [(at, stop) for at, stop in ((self.text.find(stop, start), stop) for stop in self.stops) if at >= 0]
+        first_stop = len(self.text)
         if stops:
-            at, stop = min(stops)
-            ends[at] = stop
+            first_stop, stop = min(stops)
+            ends[first_stop] = stop
         for close in filter(None, closes):
             position = start
             for _ in range(HISTORY_CLOSES_TRIED):
                 at = self.text.find(close, position)
-                if at < 0:
+                if at < 0 or at > first_stop:
+                    # the turn never holds a stop (a model stops at its first): text past one is read
+                    # as the turns it spells out, as a message's text holding a marker is
                     break
                 ends.setdefault(at, "")
                 position = at + len(close)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Iterable, NamedTuple
 
 from ..jinja import runtime as jinja
 from ..bridging.bridge import RETENTION_POLICIES, bridge_turn
+from .serving import as_served, check_server
 from ..jinja.caller_text import CallerText, caller_data
 from ..bridging.memory import History, PromptHistories
 from ..turns.formats import ReasoningFormat, ToolCallFormat, TurnFormat, with_special_tokens
@@ -95,6 +96,7 @@ class GeneratedRenderer(ABC):
         thinking_retention: str | None = None,
         control_token_safe: bool | Iterable[str] = False,
         special_tokens: dict[str, str] | None = None,
+        served_by: str | None = None,
         **knobs: Any,
     ) -> None:
         #: Built the way prime-rl builds a custom renderer: results are ``renderers``' own types.
@@ -117,6 +119,8 @@ class GeneratedRenderer(ABC):
 
             check_encoder_settings()  # a bad RLLM_RENDERERS_ENCODER fails here, not at the first render
         self.plain_content_roles = _plain_content_roles(control_token_safe)
+        #: The inference server whose message normalizations the template's inputs get (core.serving).
+        self.served_by = check_server(served_by)
         self.tokenizer = tokenizer
         self.knob_values = dict(knobs)
         self.knobs = {
@@ -231,6 +235,7 @@ class GeneratedRenderer(ABC):
 
     def _normalize_message(self, message: Any, index: int) -> Message:
         """One message of :meth:`normalize_messages` (``index``: its position, for errors)."""
+        message = as_served(message, self.served_by, index, content_parts=self.CONTENT_FORMAT != "string")
         if not isinstance(message, dict):
             raise ValueError(f"message {index} must be a dict, got {type(message).__name__}")
         role = message.get("role")
@@ -296,7 +301,9 @@ class GeneratedRenderer(ABC):
             raise ValueError(f"malformed tool call in message {message_index}: no function name in {call!r}")
         arguments = function.get("arguments")
         converted = arguments
-        if self.TOOL_ARGUMENTS == "dict" and isinstance(arguments, str):
+        if self.served_by is not None:
+            pass  # the server's own conversion (core.serving), whichever form the template reads
+        elif self.TOOL_ARGUMENTS == "dict" and isinstance(arguments, str):
             try:
                 converted = json.loads(arguments)
             except json.JSONDecodeError as exc:
@@ -339,7 +346,7 @@ class GeneratedRenderer(ABC):
         prepared = []
         for index, message in enumerate(messages):
             # the common chat message, {"role": ..., "content": "..."}: nothing to normalize or alias
-            if type(message) is dict and len(message) == 2:
+            if type(message) is dict and len(message) == 2 and self.served_by is None:
                 role, content = message.get("role"), message.get("content")
                 if type(role) is str and type(content) is str and (not roles or role in roles):
                     wrapped = jinja.TemplateDict(message)  # (keeps the caller's key order)
