@@ -243,6 +243,14 @@ JINJA_SECURITY_CASES = [
     ("attr filter items", '{{ (foo | attr("items"))() | list }}', USER, {"foo": {"items": 42}}, "same"),
     ("range over MAX_RANGE", "{% for item in range(total) %}{{ item }}{% endfor %}", USER, {"total": 100_001}, "same"),
     ("range at MAX_RANGE", "{{ range(total) | length }}", USER, {"total": 100_000}, "same"),
+    (
+        # the translator reads this loop as a loop over the messages; the sandbox's range() still runs
+        "range over the messages' positions",
+        "{% for i in range(messages | length) %}{% set m = messages[i] %}{{ m.content }}{% endfor %}",
+        [{"role": "user", "content": "a"}] * 100_001,
+        {},
+        "same",
+    ),
 ]
 
 

@@ -408,6 +408,8 @@ class Lowering(ExpressionLowering, ValueKinds):
             index = node.target.name
             tag = self.tag(node, "{% for %}")
             self.comment(node, f"{tag}: over the positions of the messages, each read first: a loop over them ({index} is its index)")
+            # the sandbox's range() still runs first: it refuses more than MAX_RANGE positions
+            self.add(ir.ExprStmt(self.expr(node.iter).node))
             node = by_message
         else:
             self.comment(node, self.tag(node, "{% for %}"))
