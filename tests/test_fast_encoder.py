@@ -525,12 +525,17 @@ def test_one_pass_stages_needs_disjoint_single_class_stages():
     assert one_pass((r"[0-9]{1,3}", r"[5-9a]+")) is None
 
 
+def proof_markers(folder: Path) -> list[Path]:
+    """The markers in a proof folder (not its hidden files: the per-user key ``.key``)."""
+    return [path for path in folder.iterdir() if not path.name.startswith(".")]
+
+
 def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     monkeypatch.setenv("RLLM_RENDERERS_CACHE", str(tmp_path))
     data = _bpe_json(_with(_byte_vocab(), "ab", "xy"), [("a", "b"), ("x", "y")])
     plan = _plan(data)[0]
     assert plan is not None
-    markers = list((tmp_path / "rank_bpe_proofs").iterdir())
+    markers = proof_markers(tmp_path / "rank_bpe_proofs")
     assert len(markers) == 1 and '"verdict": "proved"' in markers[0].read_text().splitlines()[2]
     fast_encoder.forget()  # a new process: the plan comes from the marker, not from the JSON
     monkeypatch.setattr(fast_encoder, "_unreached", lambda *args: pytest.fail("proved again"))
@@ -547,7 +552,7 @@ def test_the_verdict_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
 
     refused = _bpe_json(_with(_byte_vocab(), "ab", "abc", "bc"), [("a", "b"), ("b", "c"), ("ab", "c")])
     reason = _plan(refused)[1]
-    assert any('"verdict": "refused: ' in marker.read_text() for marker in (tmp_path / "rank_bpe_proofs").iterdir())
+    assert any('"verdict": "refused: ' in marker.read_text() for marker in proof_markers(tmp_path / "rank_bpe_proofs"))
     fast_encoder.forget()  # a new process: the marker gives the same verdict without the BPE run
     assert _plan(refused) == (None, reason)
 
