@@ -579,6 +579,9 @@ class Prober:
             prefill = ""
         tag, after_prefill = split_trailing_space(prefill)
         prefilled = last_marker(tag, self.added_tokens)
+        trailing_tag = re.search(TAG.pattern + "$", tag)
+        if not TAG.fullmatch(prefilled) and trailing_tag:  # a plain-text tag (DeepSeek-V3.1's <think>)
+            prefilled = trailing_tag.group()
         prefilled_close = "</" + prefilled[1:]
         closes = [prefilled_close] if tag.endswith(prefilled) and TAG.fullmatch(prefilled) else []
         closes += sorted(token for token in self.added_tokens if token.startswith("</") and TAG.fullmatch("<" + token[2:]))

@@ -26,6 +26,7 @@ from .attribution import attribution_mismatch, needle_conversation, only_unmarke
 from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases, with_lead
 from .oracle import OracleRejected, TemplateOracle
+from .sampled_turns import mask_problem
 
 DEFAULT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -76,6 +77,8 @@ class VerificationReport:
         problems = []
         if self.facts is not None and self.facts.failed:
             problems += [f"{fact} is learned but wrong: {why}" for fact, why in self.facts.failed.items()]
+        if self.facts is not None and self.facts.marks_wrong:
+            problems.append(f"render() marks sampled what no model samples: {self.facts.marks_wrong[0]}")
         if self.bridge is not None and self.bridge["wrong"]:
             problems.append(f"the bridge gave wrong tokens at {self.bridge['wrong']} points: {self.bridge_examples}")
         return "\n".join(problems) or None
@@ -298,6 +301,9 @@ class DifferentialChecker:
         rendered = renderer.render(messages, **arguments)
         if rendered.token_ids != actual_ids or len(rendered.message_indices) != len(actual_ids):
             return Failure(case, "render() disagrees with render_ids()")
+        problem = mask_problem(renderer, rendered)
+        if problem is not None:
+            return Failure(case, f"render() marks sampled what no model samples: {problem}")
         self.report.tokens_matched += 1
         return None
 

@@ -558,8 +558,29 @@ class GeneratedRenderer(ABC):
             own_text = first_caller.get(index, end) - start
             header = self._header_end(body, prompt, start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
-            ranges.append((start + header, close_end))
+            ranges += self._sampled_runs(text, start + header, close_end, prompt)
         return ranges
+
+    def _sampled_runs(self, text: str, begin: int, end: int, opening: str) -> list[tuple[int, int]]:
+        """The parts of an assistant turn's text ``text[begin:end]`` the model samples: from ``begin``
+        through the first stop, then, where the turn goes on after that stop with the opening the
+        engine writes (gpt-oss writes one ``<|start|>assistant to=functions.NAME...<|call|>`` per
+        parallel call), from after that opening through the next stop, and so on. Text after a stop
+        that no opening follows is not sampled: the model stopped there."""
+        stops = [stop for stop in self.get_stop_strings() if stop]
+        runs = []
+        while begin < end:
+            found = [(at, -len(stop)) for stop in stops if (at := text.find(stop, begin, end)) >= 0]
+            if not found:
+                runs.append((begin, end))
+                break
+            at, negative_length = min(found)
+            stop_end = at - negative_length
+            runs.append((begin, stop_end))
+            if not opening or not text.startswith(opening, stop_end) or stop_end + len(opening) > end:
+                break
+            begin = stop_end + len(opening)
+        return runs
 
     def _header_end(self, body: str, prompt: str, start: int, token_starts: set[int] | None, first_caller: int) -> int:
         """Where the sampled part of an assistant turn's text ``body`` (at ``start`` of the render) begins.
