@@ -162,6 +162,8 @@ def emit_module(
         lines.append(f"    TURN = {dataclass_literal(turn.turn)}")
         if turn.unlearned:
             lines.append(f"    UNLEARNED = {dict(turn.unlearned)!r}")
+        if turn.unproven:
+            lines.append(f"    UNPROVEN = {dict(turn.unproven)!r}")
         lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")
         lines.append(f"    TOOL_CALLS = {dataclass_literal(turn.tool_calls)}")
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")

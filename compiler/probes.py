@@ -61,6 +61,8 @@ class ProbeFacts:
     prefix_counterexample: str = ""
     # facts the probes could not learn ("turn", "reasoning", "tool_calls") -> why
     unlearned: dict[str, str] = field(default_factory=dict)
+    # facts learned whose proof checked nothing (no sample turn read back) -> why
+    unproven: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         """Docstring lines telling a reviewer what the parser and the bridge rely on."""
@@ -85,6 +87,8 @@ class ProbeFacts:
             lines.append(f"Not learned ({fact}): {docstring_text(reason)}.")  # (a proof quotes renders)
         if self.unlearned:
             lines.append("parse_response returns the raw content with status 'unlearned'; the bridge returns None.")
+        for fact, reason in self.unproven.items():
+            lines.append(f"Unproven ({fact}): {docstring_text(reason)}.")
         if self.prefix_stable:
             lines.append("Prefix-stable: appending messages never changes the text of earlier turns.")
         else:

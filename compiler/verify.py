@@ -67,6 +67,7 @@ class VerificationReport:
     facts: Any = None  # the proof of the class's stops and parse (compiler.fact_proof.FactProof)
     bridge: Counter | None = None  # the bridge differential's counts (compiler.bridge_proof), both retentions
     bridge_examples: list[str] = field(default_factory=list)  # its first problems
+    unproven: dict[str, str] = field(default_factory=dict)  # facts nothing proved (fact -> why)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +106,13 @@ class VerificationReport:
                 f" {bridge['none']} None ({bridge['miss']} where it could have bridged), {bridge['wrong']} wrong"
             )
         return ", ".join(parts)
+
+    def unproven_warnings(self) -> list[str]:
+        """One line per reason some facts were proven by nothing: ``unproven: FACT, FACT: why``."""
+        by_reason: dict[str, list[str]] = {}
+        for fact, why in self.unproven.items():
+            by_reason.setdefault(why, []).append(fact)
+        return [f"unproven: {', '.join(facts)}: {why}" for why, facts in by_reason.items()]
 
     def disagreement_report(self) -> str:
         """Where a keep-going run differed: a feature table, then the smallest differing case."""

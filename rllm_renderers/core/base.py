@@ -85,6 +85,9 @@ class GeneratedRenderer(ABC):
     #: Turn-level facts the compiler could not learn, with the reason: the render is still exact,
     #: but ``parse_response`` then returns the raw content with a status and the bridge returns None.
     UNLEARNED: ClassVar[dict[str, str]] = {}
+    #: Learned facts that nothing proved when the class was compiled (no sample turn read back),
+    #: with the reason: used as learned, reported as ``unproven`` by ``compiler list``.
+    UNPROVEN: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self,
