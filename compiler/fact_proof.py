@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from .probe_shapes import shaped
 from .probes import after_prompt, as_text_parts
 from .sampled_turns import mask_problem, parsed_runs, sampled_runs
 from .turn_sampling import THOUGHT, after_prefill, reasoned_turn
@@ -123,7 +124,7 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
     base_read: set[str] = set()  # the sample turns read back with the base knobs
     for settings in knob_settings(features):
         try:
-            renderer = renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings)
+            renderer = shaped(renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings))
         except ValueError:
             continue
         if renderer.UNLEARNED:
@@ -221,6 +222,10 @@ def read_back(
         start = len(full) - len(completion)
         ends = [offset for offset, index in output.message_spans() if offset > start and index != len(history)]
         completion = completion[: min(ends, default=len(full)) - start]
+    calls = turn.get("tool_calls") or []
+    if calls and renderer.TOOL_CALLS is None and not any(call["function"]["name"] in completion for call in calls):
+        proof.skipped += 1  # the template writes no call (tool calls unsupported): the class claims nothing of them
+        return
     where = f"{label}{f' with {settings}' if settings else ''}{when}"
     found = first_stop(renderer, completion)
     if found is None and closed:

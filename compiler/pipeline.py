@@ -32,6 +32,7 @@ from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .fact_proof import FactProof, knob_settings, prove_facts
+from .probe_shapes import shaped
 from .probes import ProbeError, ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
@@ -120,7 +121,7 @@ def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> Pro
     eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     markers = added_token_strings(tokenizer, facts, placeholders, prepared.markers)
-    turn = probe(renderer, markers, eos)
+    turn = probe(shaped(renderer), markers, eos)  # (conversations in the shape the template accepts)
     turn = with_knob_stops(turn, renderer_class, prepared, features, markers)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
@@ -138,7 +139,7 @@ def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, 
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
+            closes = Prober(shaped(renderer), markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
         except ValueError:
             continue
         stops += [close for close in closes if close not in stops]
@@ -458,7 +459,7 @@ def reasoning_under_other_knobs(turn: ProbeFacts, first_pass: type, prepared: Pr
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = first_pass(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            reasoning = Prober(renderer, markers).reasoning_format()
+            reasoning = Prober(shaped(renderer), markers).reasoning_format()
         except (ValueError, ProbeError):
             continue
         if reasoning is None:

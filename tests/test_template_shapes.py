@@ -54,3 +54,42 @@ def test_a_proven_class_has_nothing_unproven(tmp_path):
     renderer_class, compiled = compile_inline(tmp_path, "self_reference", SELF_REFERENCE)
     assert renderer_class.UNPROVEN == {}
     assert verify_compiled(renderer_class, compiled, cases=5, seed=0).unproven_warnings() == []
+
+
+# probes in the shapes a template accepts: a system message first where the template needs one
+NEEDS_SYSTEM = (
+    "{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% endif %}<|sys|>{{ sys.strip() }}\n"
+    "{% for m in messages %}{% if m['role'] != 'system' %}<|im_start|>{{m['role']}}\n{{m['content']}}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# ... and a user message last where the template raises otherwise
+LAST_USER = (
+    "{% if messages[-1]['role'] != 'user' %}{{ raise_exception('The last message must be a user message') }}{% endif %}"
+    "{% for m in messages %}<|im_start|>{{m['role']}}\n{{m['content']}}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# no tool support: an end-of-turn only on non-final assistant messages, no generation prompt
+EOT_NOT_FINAL = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+    "{% elif m['role'] == 'assistant' %}{{ m['content'] }}{% if not loop.last %}</s>{% endif %}{% endif %}{% endfor %}"
+)
+# no tool support: every message but the user's written raw (a tool result glued to the turn)
+RAW_NOT_USER = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}<|end|><|assistant|>"
+    "{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+)
+
+
+def test_turns_are_learned_in_the_shape_the_template_accepts(tmp_path):
+    for name, template, close in (("needs_system", NEEDS_SYSTEM, "<|im_end|>"), ("last_user", LAST_USER, "<|im_end|>")):
+        renderer_class, compiled = compile_inline(tmp_path, name, template, cases=10)
+        assert renderer_class.UNLEARNED == {} and renderer_class.UNPROVEN == {}, name
+        assert renderer_class.TURN.close == close
+
+
+def test_a_plain_turn_is_learned_where_the_template_writes_no_calls(tmp_path):
+    for name, template, close in (("eot_not_final", EOT_NOT_FINAL, "</s>"), ("raw_not_user", RAW_NOT_USER, "")):
+        renderer_class, compiled = compile_inline(tmp_path, name, template, cases=10)
+        assert renderer_class.UNLEARNED == {} and renderer_class.UNPROVEN == {}, name
+        assert renderer_class.TURN.close == close and renderer_class.TOOL_CALLS is None
+        assert any("does not render tool calls" in line for line in renderer_class.__doc__.splitlines()), name
