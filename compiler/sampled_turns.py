@@ -17,17 +17,19 @@ from typing import Any
 
 def sampled_runs(rendered, index: int) -> list[tuple[int, int]]:
     """The maximal runs ``(start, end)`` of tokens of message ``index`` marked sampled."""
-    runs: list[tuple[int, int]] = []
-    start = None
-    marks = list(zip(rendered.message_indices, rendered.sampled_mask)) + [(-2, False)]
-    for position, (owner, sampled) in enumerate(marks):
-        inside = sampled and owner == index
-        if inside and start is None:
+    return true_runs([sampled and owner == index for owner, sampled in zip(rendered.message_indices, rendered.sampled_mask)])
+
+
+def true_runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """The half-open runs of True in ``flags``."""
+    found, start = [], None
+    for position, flag in enumerate([*flags, False]):
+        if flag and start is None:
             start = position
-        elif not inside and start is not None:
-            runs.append((start, position))
+        elif not flag and start is not None:
+            found.append((start, position))
             start = None
-    return runs
+    return found
 
 
 def mask_problem(renderer: Any, rendered) -> str | None:

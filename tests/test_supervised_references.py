@@ -59,6 +59,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from compiler.analysis import compared_roles, knob_candidates, parse_template
 from compiler.conversations import conversation_cases
+from compiler.sampled_turns import true_runs
 from compiler.stability import without_local_constants
 from compiler.verify import features_for
 from tests.families import ALL_FAMILIES
@@ -119,16 +120,7 @@ REFERENCES = {
 FAMILIES = {family.module: family for family in ALL_FAMILIES if family.module in REFERENCES}
 
 
-def runs(flags: list[bool]) -> list[tuple[int, int]]:
-    """Half-open runs of True."""
-    found, start = [], None
-    for k, flag in enumerate([*flags, False]):
-        if flag and start is None:
-            start = k
-        elif not flag and start is not None:
-            found.append((start, k))
-            start = None
-    return found
+runs = true_runs  # half-open runs of True
 
 
 def explain(renderer, example, theirs: list[bool], eos: str | None) -> Counter:
