@@ -121,7 +121,7 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
     proof = FactProof()
     if renderer_class.TURN is None:
         return proof
-    base_read: set[str] = set()  # the sample turns read back with the base knobs
+    base_read: set[str] | None = None  # the sample turns read back with the base knobs
     for settings in knob_settings(features):
         try:
             renderer = shaped(renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings))
@@ -147,7 +147,7 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
                 f"with {settings} no sample turn reads back ({', '.join(unread)}): the template writes them "
                 "otherwise than this generation prompt opens them, and no learned fact says how a turn goes on",
             )
-        if not base_read:
+        if base_read is None:
             base_read = read
         # a round later: a stop holding text the template takes from a variable (a round counter,
         # `[Round 2]`) does not recur

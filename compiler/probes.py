@@ -1102,8 +1102,9 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
     turn = attempt("turn", lambda: prober.turn_format(eos_token))
     reasoning = attempt("reasoning", prober.reasoning_format)
     tools = attempt("tool_calls", prober.tool_call_format)
-    if turn is not None and reasoning is not None and turn.content_lead.strip():
+    if turn is not None and reasoning is not None and reasoning_in(turn.content_lead, reasoning):
         # the lead is an (empty) reasoning block the parser reads itself; only its whitespace stays
+        # (a lead without its markers is a header the template writes in the turn: it stays)
         turn = dataclasses.replace(turn, content_lead="")
     if turn is not None and reasoning is None:
         lead = prober.content_lead_with_tools()  # (None where the template refuses the probe's tools)
@@ -1135,6 +1136,13 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
 
 
 # --- string helpers ------------------------------------------------------------------
+
+
+def reasoning_in(lead: str, reasoning: ReasoningFormat) -> bool:
+    """Whether a turn's ``lead`` holds a reasoning block's marker (the lead is that block, or the
+    content's own start after it: gpt-oss's ``<|channel|>final<|message|>``)."""
+    markers = (reasoning.open.strip(), reasoning.close.strip(), reasoning.content_start.strip())
+    return any(marker and marker in lead for marker in markers)
 
 
 def after_prompt(prompt: str, full: str) -> str | None:

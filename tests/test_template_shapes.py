@@ -93,3 +93,19 @@ def test_a_plain_turn_is_learned_where_the_template_writes_no_calls(tmp_path):
         assert renderer_class.UNLEARNED == {} and renderer_class.UNPROVEN == {}, name
         assert renderer_class.TURN.close == close and renderer_class.TOOL_CALLS is None
         assert any("does not render tool calls" in line for line in renderer_class.__doc__.splitlines()), name
+
+
+# no generation prompt, and history content cut at </think>: the header the turn writes stays its
+# lead (it is no reasoning block), the reasoning is cut from the content
+CUT_WITHOUT_PROMPT = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{% set c = m['content'].split('</think>')[-1] %}"
+    "<|im_start|>assistant\n{{ c }}<|im_end|>\n{% else %}<|im_start|>{{m['role']}}\n{{m['content']}}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+)
+
+
+def test_a_header_lead_is_kept_beside_a_reasoning_cut(tmp_path):
+    renderer_class, compiled = compile_inline(tmp_path, "cut_without_prompt", CUT_WITHOUT_PROMPT, cases=10)
+    assert renderer_class.UNLEARNED == {} and renderer_class.UNPROVEN == {}
+    assert renderer_class.TURN.content_lead == "<|im_start|>assistant\n"
+    assert renderer_class.REASONING.in_content and renderer_class.REASONING.close == "</think>"
