@@ -560,6 +560,10 @@ class GeneratedRenderer(ABC):
             body = text[start:end]
             own_text = first_caller.get(index, end) - start
             header = self._header_end(body, prompt, start, token_starts, own_text)
+            if not header and prompt != prompt.lstrip() and prompt.strip():
+                # the prompt starts with the line break the previous message writes before a history
+                # turn's header (Falcon's "\nAssistant:"): the header is the rest of the prompt
+                header = self._header_end(body, prompt.lstrip(), start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
             ranges += self._sampled_runs(text, start + header, close_end, prompt)
         return ranges
