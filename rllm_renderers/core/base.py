@@ -565,8 +565,21 @@ class GeneratedRenderer(ABC):
                 # turn's header (Falcon's "\nAssistant:"): the header is the rest of the prompt
                 header = self._header_end(body, prompt.lstrip(), start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
-            ranges += self._sampled_runs(text, start + header, close_end, prompt)
+            runs = self._sampled_runs(text, start + header, close_end, prompt)
+            ranges += [(low, high) for low, high in runs if self._sampleable(text[low:high])]
         return ranges
+
+    def _sampleable(self, run: str) -> bool:
+        """Whether a model sampling after the generation prompt can write ``run`` for this message.
+
+        Where the reasoning has no open marker the model starts every turn in its reasoning
+        (Apriel's prompt ends ``Here are my reasoning steps:\n``), so a turn the template writes
+        without the reasoning close (a history turn without reasoning, ``<|assistant|>\nFour.``)
+        is one no model samples: sampled, those tokens are unfinished reasoning, not the answer
+        (``parse_response`` reads them so). Such a turn is not marked sampled.
+        """
+        reasoning = self.REASONING
+        return reasoning is None or bool(reasoning.open) or not reasoning.close or reasoning.close in run
 
     def _sampled_runs(self, text: str, begin: int, end: int, opening: str) -> list[tuple[int, int]]:
         """The parts of an assistant turn's text ``text[begin:end]`` the model samples: from ``begin``
