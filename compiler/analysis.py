@@ -45,6 +45,8 @@ class TemplateFacts:
     undefined_names: tuple[str, ...] = ()
     # roles of the messages the template requires before the first user message (see required_lead)
     lead_roles: tuple[str, ...] = ()
+    # names Jinja binds itself that the template reads (``self``: see JINJA_OWN_NAMES)
+    jinja_names: tuple[str, ...] = ()
 
 
 def template_sha256(source: str) -> str:
@@ -256,9 +258,22 @@ def split_free_variables(
     first_pass = Lowering(name, TemplateNames(knobs={}, special_tokens={v: v.upper() for v in special}))
     first_pass.lower_template(ast)
     knobs, runtime = [], []
-    for variable in sorted(first_pass.unresolved - set(unreachable_names())):
+    for variable in sorted(first_pass.unresolved - set(unreachable_names()) - set(JINJA_OWN_NAMES)):
         (runtime if variable in SPECIAL_TOKEN_NAMES else knobs).append(variable)
     return tuple(knobs), special, tuple(runtime)
+
+
+#: Names Jinja itself binds in every template, never a knob: ``self`` is the template (its blocks).
+#: Each maps to the runtime value generated code gives it.
+JINJA_OWN_NAMES = {"self": "jinja.TemplateReference()"}
+
+
+def jinja_own_names(ast: nodes.Template, name: str) -> tuple[str, ...]:
+    """The names of :data:`JINJA_OWN_NAMES` the template reads free (jinja2's own analysis does
+    not report them: the translator's first pass does)."""
+    first_pass = Lowering(name, TemplateNames(knobs={}, special_tokens={}))
+    first_pass.lower_template(ast)
+    return tuple(sorted(set(JINJA_OWN_NAMES) & first_pass.unresolved))
 
 
 def unreachable_names() -> frozenset[str]:
@@ -376,4 +391,5 @@ def analyse(
         runtime_special_tokens=runtime,
         undefined_names=undefined_names(ast),
         lead_roles=lead,
+        jinja_names=jinja_own_names(ast, name) if any(own in source for own in JINJA_OWN_NAMES) else (),
     )

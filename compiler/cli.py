@@ -255,6 +255,8 @@ def generate_one(args: argparse.Namespace, source) -> int:
     warning = compiled.turn.warning() if compiled.turn is not None else None
     if warning:
         print(f"warning: {path.name}: {warning}", file=sys.stderr)
+    for line in report.unproven_warnings():
+        print(f"warning: {path.name}: {line}", file=sys.stderr)
     return 0
 
 
@@ -272,6 +274,8 @@ def verify_one(path: Path, source, args: argparse.Namespace) -> bool:
         prepared = prepare_source(source, special_tokens=special_tokens_option(args.special_token))
         report = verify_compiled(renderer_class, prepared, cases=args.cases, seed=args.seed)
     print(f"{path.name} ({source.model_id}): {report.summary()} [parity: {prepared.parity}]")
+    for line in report.unproven_warnings():
+        print(f"warning: {path.name}: {line}", file=sys.stderr)
     if not report.ok:
         print(failure_text(report))
         return False

@@ -65,15 +65,17 @@ def turn_summary(renderer_class: type) -> str:
     if turn is None or "turn" in renderer_class.UNLEARNED:
         return NOT_LEARNED
     if turn.close:
-        return quoted(turn.close)
-    return "headers " + " ".join(quoted(stop) for stop in turn.stop_tokens)
+        return unproven_mark(renderer_class, "turn", quoted(turn.close))
+    return unproven_mark(renderer_class, "turn", "headers " + " ".join(quoted(stop) for stop in turn.stop_tokens))
 
 
 def reasoning_summary(renderer_class: type) -> str:
     if "reasoning" in renderer_class.UNLEARNED:
         return NOT_LEARNED
     reasoning = renderer_class.REASONING
-    return f"{visible(reasoning.open)}...{visible(reasoning.close)}" if reasoning is not None else NONE
+    if reasoning is None:
+        return NONE
+    return unproven_mark(renderer_class, "reasoning", f"{visible(reasoning.open)}...{visible(reasoning.close)}")
 
 
 def tool_call_summary(renderer_class: type) -> str:
@@ -82,7 +84,15 @@ def tool_call_summary(renderer_class: type) -> str:
     calls = renderer_class.TOOL_CALLS
     if calls is None:
         return NONE
-    return f"{calls.style}: {quoted(calls.call_start.strip())}"
+    return unproven_mark(renderer_class, "tool_calls", f"{calls.style}: {quoted(calls.call_start.strip())}")
+
+
+def unproven_mark(renderer_class: type, fact: str, summary: str) -> str:
+    """``summary`` of a learned fact, marked ``(unproven)`` when nothing proved it at compile time."""
+    return f"{summary} ({UNPROVEN})" if fact in getattr(renderer_class, "UNPROVEN", {}) else summary
+
+
+UNPROVEN = "unproven"
 
 
 def parent_of(renderer_class: type) -> str | None:
@@ -114,6 +124,7 @@ def coverage_records(folder: Path, corpus: Path | None) -> list[dict]:
                 "knobs": list(renderer_class.KNOBS),
                 "retention": renderer_class.DEFAULT_THINKING_RETENTION,
                 "unlearned": dict(renderer_class.UNLEARNED),
+                "unproven": dict(getattr(renderer_class, "UNPROVEN", {})),
             }
             parent = parent_of(renderer_class)
             if parent is not None:

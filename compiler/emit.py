@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import black
 
 from . import __version__
-from .analysis import TemplateFacts
+from .analysis import JINJA_OWN_NAMES, TemplateFacts
 from .content_format import detect_content_format
 from .literals import docstring_text, require_identifier
 from .probes import ProbeFacts
@@ -100,7 +100,10 @@ class Translation:
 def translate_facts(facts: TemplateFacts) -> Translation:
     """Translate the template of ``facts`` (the slowest step of a compile after black: done once)."""
     names = TemplateNames(
-        knobs={knob: knob_local(knob) for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names},
+        knobs={
+            knob: knob_local(knob)
+            for knob in facts.knobs + facts.runtime_special_tokens + facts.undefined_names + facts.jinja_names
+        },
         special_tokens={variable: constant_name(variable) for variable in facts.special_tokens},
     )
     program = translate(facts.ast, facts.name, names, facts.source)
@@ -135,7 +138,7 @@ def emit_module(
 
     lines: list[str] = []
     lines += header_docstring(facts, spec)
-    lines += ["", import_line(program, turn), ""]
+    lines += ["", import_line(program, turn, runtime_values=bool(facts.undefined_names or facts.jinja_names)), ""]
     for variable, value in sorted(facts.special_tokens.items()):
         lines.append(f"{constant_name(variable)} = {value!r}")
     lines += ["", ""]
@@ -159,6 +162,8 @@ def emit_module(
         lines.append(f"    TURN = {dataclass_literal(turn.turn)}")
         if turn.unlearned:
             lines.append(f"    UNLEARNED = {dict(turn.unlearned)!r}")
+        if turn.unproven:
+            lines.append(f"    UNPROVEN = {dict(turn.unproven)!r}")
         lines.append(f"    REASONING = {dataclass_literal(turn.reasoning)}")
         lines.append(f"    TOOL_CALLS = {dataclass_literal(turn.tool_calls)}")
         lines.append(f"    PREFIX_STABLE = {turn.prefix_stable!r}")
@@ -174,13 +179,16 @@ def emit_module(
     for variable in facts.undefined_names:
         lines.append(f"        # apply_chat_template never passes {docstring_text(variable)} to the template")
         lines.append(f"        {knob_local(variable)} = jinja.Undefined({variable!r})")
+    for variable in facts.jinja_names:
+        lines.append(f"        {knob_local(variable)} = {JINJA_OWN_NAMES[variable]}  # Jinja's own {variable!r}")
     lines += translation.method_lines
     source = "\n".join(lines) + "\n"
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
 
 
-def import_line(program: ir.Program, turn: ProbeFacts | None) -> str:
-    """The module's one import, from ``rllm_renderers.compiled``: only the names its code uses."""
+def import_line(program: ir.Program, turn: ProbeFacts | None, runtime_values: bool = False) -> str:
+    """The module's one import, from ``rllm_renderers.compiled``: only the names its code uses
+    (``runtime_values``: the class gives names the template reads values from the runtime)."""
     statements = list(ir.walk_statements(program.body))
     for method in program.methods:
         statements += ir.walk_statements(method.body)
@@ -188,6 +196,7 @@ def import_line(program: ir.Program, turn: ProbeFacts | None) -> str:
     expressions += [p.default for method in program.methods for p in method.parameters if p.default is not None]
     uses_runtime = any("jinja" in ir.names_read(expression) for expression in expressions)
     uses_runtime = uses_runtime or any(method.memoized for method in program.methods)  # @jinja.memoized_macro
+    uses_runtime = uses_runtime or runtime_values
     names = {"GeneratedRenderer"} | ({"jinja"} if uses_runtime else set())
     if turn is not None:
         names |= {type(value).__name__ for value in (turn.turn, turn.reasoning, turn.tool_calls) if value is not None}

@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from .probe_shapes import shaped
 from .probes import after_prompt, as_text_parts
-from .turn_sampling import THOUGHT, reasoned_turn
+from .sampled_turns import mask_problem, parsed_runs, sampled_runs
+from .turn_sampling import THOUGHT, after_prefill, reasoned_turn
 
 USER = {"role": "user", "content": "What is up?"}
 WEATHER, TIME = "get_weather", "get_time"
@@ -86,6 +88,10 @@ class FactProof:
     exact: int = 0  # of those, given back exactly
     skipped: int = 0  # turns no model samples after the prompt (the template writes them otherwise)
     failed: dict[str, str] = field(default_factory=dict)
+    # render()'s sampled marks of the sample turns (compiler.sampled_turns): not a learned fact but
+    # the renderer's own output, so a failure here is a defect to fix, never shipped as unlearned
+    marks_checked: int = 0
+    marks_wrong: list[str] = field(default_factory=list)
 
     def fail(self, fact: str, reason: str) -> None:
         self.failed.setdefault(fact, reason)
@@ -94,6 +100,9 @@ class FactProof:
         text = f"read-back: {self.exact}/{self.checked} exact"
         if self.failed:
             text += " (" + "; ".join(f"{fact} WRONG: {why}" for fact, why in self.failed.items()) + ")"
+        text += f", sampled marks: {self.marks_checked - len(self.marks_wrong)}/{self.marks_checked} exact"
+        if self.marks_wrong:
+            text += f" (first wrong: {self.marks_wrong[0]})"
         return text
 
 
@@ -112,16 +121,34 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
     proof = FactProof()
     if renderer_class.TURN is None:
         return proof
+    base_read: set[str] | None = None  # the sample turns read back with the base knobs
     for settings in knob_settings(features):
         try:
-            renderer = renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings)
+            renderer = shaped(renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings))
         except ValueError:
             continue
         if renderer.UNLEARNED:
             return proof  # parse_response says "unlearned" and the bridge returns None: nothing claimed
         markers = fact_markers(renderer)
+        read, unread = set(), []
         for label, turn in sample_turns(markers).items():
+            checked, skipped = proof.checked, proof.skipped
             read_back(renderer, label, turn, settings, proof)
+            check_sampled_marks(renderer, label, turn, settings, proof)
+            if proof.checked > checked:
+                read.add(label)
+            elif proof.skipped > skipped:
+                unread.append(label)
+        if base_read and unread and not read:
+            # a fact learned under the base knobs must hold under every value the class accepts: here
+            # no sample turn continues the generation prompt (it opens a block history never writes)
+            proof.fail(
+                "turn",
+                f"with {settings} no sample turn reads back ({', '.join(unread)}): the template writes them "
+                "otherwise than this generation prompt opens them, and no learned fact says how a turn goes on",
+            )
+        if base_read is None:
+            base_read = read
         # a round later: a stop holding text the template takes from a variable (a round counter,
         # `[Round 2]`) does not recur
         plain = sample_turns()["plain"]
@@ -185,13 +212,20 @@ def read_back(
     full = output.text()
     completion = after_prompt(prompt, full)
     if completion is None:
-        if not read_back_reasoned(renderer, label, turn, tools, proof):
+        if read_back_reasoned(renderer, label, turn, tools, proof):
+            return
+        completion = after_prefill(prompt, full, renderer.encoder.added_token_strings)
+        if completion is None:
             proof.skipped += 1
-        return
+            return
     if closed:  # the turn's own text: not what the template writes after the conversation (an eos)
         start = len(full) - len(completion)
         ends = [offset for offset, index in output.message_spans() if offset > start and index != len(history)]
         completion = completion[: min(ends, default=len(full)) - start]
+    calls = turn.get("tool_calls") or []
+    if calls and renderer.TOOL_CALLS is None and not any(call["function"]["name"] in completion for call in calls):
+        proof.skipped += 1  # the template writes no call (tool calls unsupported): the class claims nothing of them
+        return
     where = f"{label}{f' with {settings}' if settings else ''}{when}"
     found = first_stop(renderer, completion)
     if found is None and closed:
@@ -223,6 +257,29 @@ def read_back(
         return
     for fact, problem in problems:
         proof.fail(fact, f"the {where} turn {cut!r} reads back with {problem}")
+
+
+def check_sampled_marks(renderer, label: str, turn: dict, settings: dict, proof: FactProof) -> None:
+    """``render()`` of the sample turn after a user message: its sampled marks lie between an
+    opening and the first stop after it, and parse back to the message (:mod:`compiler.sampled_turns`)."""
+    tools = tools_for(renderer, [USER])
+    messages = as_written(renderer, [USER, turn])
+    try:
+        rendered = renderer.render(messages, tools=tools)
+    except ValueError:
+        return  # the template refuses this turn
+    proof.marks_checked += 1
+    where = f"{label}{f' with {settings}' if settings else ''}"
+    problem = mask_problem(renderer, rendered)
+    if problem is None:
+        parsed = parsed_runs(renderer, rendered, 1, tools)
+        if parsed is not None and sampled_runs(rendered, 1):
+            own = [token for token, owner in zip(rendered.token_ids, rendered.message_indices) if owner == 1]
+            differing = differences(turn, parsed, renderer.decode(own))
+            if differing:
+                problem = f"the marked turn parses back with {differing[0][1]}"
+    if problem is not None:
+        proof.marks_wrong.append(f"the {where} turn: {problem}")
 
 
 def read_back_reasoned(renderer, label: str, turn: dict, tools, proof: FactProof) -> bool:

@@ -32,6 +32,7 @@ from .oracle import ORACLE_VERSION, TemplateOracle
 from .oracles import OracleUnavailable
 from .markers import rendered_markers, synthetic_tokenizer, template_markers
 from .fact_proof import FactProof, knob_settings, prove_facts
+from .probe_shapes import shaped
 from .probes import ProbeError, ProbeFacts, Prober, probe
 from .source import DEFAULT_TEMPLATE, TemplateSource
 from .stability import measure_prefix_stability
@@ -120,7 +121,7 @@ def learn_turn_format(renderer_class: type, prepared: Prepared, features) -> Pro
     eos = getattr(tokenizer, "eos_token", None) if tokenizer is not None else None
     eos = eos or facts.special_tokens.get("eos_token") or placeholders.get("eos_token")
     markers = added_token_strings(tokenizer, facts, placeholders, prepared.markers)
-    turn = probe(renderer, markers, eos)
+    turn = probe(shaped(renderer), markers, eos)  # (conversations in the shape the template accepts)
     turn = with_knob_stops(turn, renderer_class, prepared, features, markers)
     stable, counterexample = measure_prefix_stability(renderer, features, cases=STABILITY_CASES, seed_value=0)
     return dataclasses.replace(turn, prefix_stable=stable, prefix_counterexample=counterexample)
@@ -138,7 +139,7 @@ def with_knob_stops(turn: ProbeFacts, renderer_class: type, prepared: Prepared, 
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = renderer_class(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            closes = Prober(renderer, markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
+            closes = Prober(shaped(renderer), markers).tool_call_closes(turn.turn.close, turn.turn.after_close)
         except ValueError:
             continue
         stops += [close for close in closes if close not in stops]
@@ -295,7 +296,21 @@ def verify_compiled(
             renderer_class, prepared.check_tokenizer, prepared.oracle, prepared.placeholders,
             report.verified_cases[:BRIDGE_CASES],
         )
+        report.unproven = proven_by_nothing(renderer_class, report)
     return report
+
+
+def proven_by_nothing(renderer_class: type, report: VerificationReport) -> dict[str, str]:
+    """The facts ``renderer_class`` uses that the report's proofs checked nowhere (fact -> why): its
+    turn facts when no sample turn read back, its bridge when no bridge point was played."""
+    unproven = {}
+    if renderer_class.TURN is not None and not renderer_class.UNLEARNED and report.facts is not None:
+        learned = ProbeFacts(renderer_class.TURN, renderer_class.REASONING, renderer_class.TOOL_CALLS, ())
+        unproven.update(unproven_facts(learned, report.facts))
+    if renderer_class.TURN is not None and not renderer_class.UNLEARNED and report.bridge is not None:
+        if not report.bridge["points"]:
+            unproven["bridge"] = "no bridge point in the verified conversations (0 turns to bridge from)"
+    return unproven
 
 
 #: Verified conversations the bridge differential plays (per retention mode).
@@ -405,13 +420,32 @@ def proven(turn: ProbeFacts, first_pass: type, prepared: Prepared) -> ProbeFacts
     (DeepSeek-V3.2, command-r7b: ``<think>``, ``<|START_THINKING|>`` only with thinking on)."""
     proof = prove_class_facts(with_facts(first_pass, turn), prepared)
     if not proof.failed:
-        return turn
+        return with_unproven(turn, proof)
     if turn.reasoning is None and turn.turn is not None:
         for candidate in reasoning_under_other_knobs(turn, first_pass, prepared):
-            if not prove_class_facts(with_facts(first_pass, candidate), prepared).failed:
-                return candidate
+            candidate_proof = prove_class_facts(with_facts(first_pass, candidate), prepared)
+            if not candidate_proof.failed:
+                return with_unproven(candidate, candidate_proof)
     unlearned = {**turn.unlearned, **{fact: f"proof failed: {why}" for fact, why in proof.failed.items()}}
     return dataclasses.replace(turn, unlearned=unlearned)
+
+
+def with_unproven(turn: ProbeFacts, proof: FactProof) -> ProbeFacts:
+    """``turn`` with its learned turn facts marked unproven when their proof read no turn back."""
+    unproven = unproven_facts(turn, proof)
+    return dataclasses.replace(turn, unproven=unproven) if unproven else turn
+
+
+def unproven_facts(turn: ProbeFacts, proof: FactProof) -> dict[str, str]:
+    """The learned turn facts (fact -> why) a proof that read no sample turn back leaves unproven."""
+    if proof.checked or turn.turn is None or turn.unlearned:
+        return {}
+    why = UNPROVEN_TURNS + (f" ({proof.skipped} sample turns written otherwise)" if proof.skipped else "")
+    learned = {"turn": turn.turn, "reasoning": turn.reasoning, "tool_calls": turn.tool_calls}
+    return {fact: why for fact, value in learned.items() if value is not None}
+
+
+UNPROVEN_TURNS = "no turn of the template's history continues its generation prompt: 0 sample turns read back"
 
 
 def reasoning_under_other_knobs(turn: ProbeFacts, first_pass: type, prepared: Prepared):
@@ -425,7 +459,7 @@ def reasoning_under_other_knobs(turn: ProbeFacts, first_pass: type, prepared: Pr
     for settings in list(knob_settings(features))[1:]:
         try:
             renderer = first_pass(prepared.tokenizer, special_tokens=prepared.placeholders, **settings)
-            reasoning = Prober(renderer, markers).reasoning_format()
+            reasoning = Prober(shaped(renderer), markers).reasoning_format()
         except (ValueError, ProbeError):
             continue
         if reasoning is None:

@@ -61,6 +61,8 @@ class ProbeFacts:
     prefix_counterexample: str = ""
     # facts the probes could not learn ("turn", "reasoning", "tool_calls") -> why
     unlearned: dict[str, str] = field(default_factory=dict)
+    # facts learned whose proof checked nothing (no sample turn read back) -> why
+    unproven: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         """Docstring lines telling a reviewer what the parser and the bridge rely on."""
@@ -85,6 +87,8 @@ class ProbeFacts:
             lines.append(f"Not learned ({fact}): {docstring_text(reason)}.")  # (a proof quotes renders)
         if self.unlearned:
             lines.append("parse_response returns the raw content with status 'unlearned'; the bridge returns None.")
+        for fact, reason in self.unproven.items():
+            lines.append(f"Unproven ({fact}): {docstring_text(reason)}.")
         if self.prefix_stable:
             lines.append("Prefix-stable: appending messages never changes the text of earlier turns.")
         else:
@@ -579,6 +583,9 @@ class Prober:
             prefill = ""
         tag, after_prefill = split_trailing_space(prefill)
         prefilled = last_marker(tag, self.added_tokens)
+        trailing_tag = re.search(TAG.pattern + "$", tag)
+        if not TAG.fullmatch(prefilled) and trailing_tag:  # a plain-text tag (DeepSeek-V3.1's <think>)
+            prefilled = trailing_tag.group()
         prefilled_close = "</" + prefilled[1:]
         closes = [prefilled_close] if tag.endswith(prefilled) and TAG.fullmatch(prefilled) else []
         closes += sorted(token for token in self.added_tokens if token.startswith("</") and TAG.fullmatch("<" + token[2:]))
@@ -1095,8 +1102,9 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
     turn = attempt("turn", lambda: prober.turn_format(eos_token))
     reasoning = attempt("reasoning", prober.reasoning_format)
     tools = attempt("tool_calls", prober.tool_call_format)
-    if turn is not None and reasoning is not None and turn.content_lead.strip():
+    if turn is not None and reasoning is not None and reasoning_in(turn.content_lead, reasoning):
         # the lead is an (empty) reasoning block the parser reads itself; only its whitespace stays
+        # (a lead without its markers is a header the template writes in the turn: it stays)
         turn = dataclasses.replace(turn, content_lead="")
     if turn is not None and reasoning is None:
         lead = prober.content_lead_with_tools()  # (None where the template refuses the probe's tools)
@@ -1128,6 +1136,13 @@ def probe(renderer: Any, added_tokens: frozenset[str], eos_token: str | None) ->
 
 
 # --- string helpers ------------------------------------------------------------------
+
+
+def reasoning_in(lead: str, reasoning: ReasoningFormat) -> bool:
+    """Whether a turn's ``lead`` holds a reasoning block's marker (the lead is that block, or the
+    content's own start after it: gpt-oss's ``<|channel|>final<|message|>``)."""
+    markers = (reasoning.open.strip(), reasoning.close.strip(), reasoning.content_start.strip())
+    return any(marker and marker in lead for marker in markers)
 
 
 def after_prompt(prompt: str, full: str) -> str | None:

@@ -6,6 +6,7 @@ import json
 import os
 
 from rllm_renderers.bridging.bridge import close_end, first_stop_end
+from .probes import TAG, back_to_boundary, common_prefix, first_added_token, last_added_token
 from rllm_renderers.turns.parsing import decoded_prefix_lengths, token_index_at
 
 
@@ -128,3 +129,25 @@ def template_suffix(renderer, tokenizer, history, assistant, new, tools, full_te
     else:
         end = close_end(renderer, full_text, turn, following)
     return None if end is None else tokenizer.encode(full_text[end:], add_special_tokens=False)
+
+
+def after_prefill(prompt: str, full: str, markers: frozenset[str]) -> str | None:
+    """What the model samples after ``prompt`` for the turn ``full`` renders where the prompt ends
+    with a prefill that the turn's history form lacks, and the history form is still what a model
+    samples after it; None otherwise. Two prefills qualify:
+
+    * an open tag whose close the turn starts with: the model closed the block at once
+      (DeepSeek-V3.1 with thinking prompts ``<think>``, history writes ``</think>Fine.``);
+    * an empty closed block, both markers absent from the turn (Gemma-4 with thinking off prompts
+      ``<|channel>thought\n<channel|>``, history writes the answer alone).
+    """
+    header = back_to_boundary(common_prefix(prompt, full))
+    prefill, turn = prompt[len(header) :].strip(), full[len(header) :]
+    if not prefill or not prompt.startswith(header):
+        return None
+    if TAG.fullmatch(prefill) and turn.startswith("</" + prefill[1:]):
+        return turn
+    first, last = first_added_token(prefill, markers), last_added_token(prefill, markers)
+    if first is None or last is None or first == last or not prefill.startswith(first):
+        return None
+    return turn if first not in turn and last not in turn else None

@@ -27,6 +27,7 @@ from .case_features import case_features, disagreement_table
 from .conversations import Case, ConversationFeatures, conversation_cases, fixed_edge_cases, with_lead
 from .oracle import OracleRejected, TemplateOracle
 from .sandbox_probe import HOSTILE_CONTENTS, generated_code_of, unchecked_lookups
+from .sampled_turns import mask_problem
 
 DEFAULT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -69,6 +70,7 @@ class VerificationReport:
     facts: Any = None  # the proof of the class's stops and parse (compiler.fact_proof.FactProof)
     bridge: Counter | None = None  # the bridge differential's counts (compiler.bridge_proof), both retentions
     bridge_examples: list[str] = field(default_factory=list)  # its first problems
+    unproven: dict[str, str] = field(default_factory=dict)  # facts nothing proved (fact -> why)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +81,8 @@ class VerificationReport:
         problems = []
         if self.facts is not None and self.facts.failed:
             problems += [f"{fact} is learned but wrong: {why}" for fact, why in self.facts.failed.items()]
+        if self.facts is not None and self.facts.marks_wrong:
+            problems.append(f"render() marks sampled what no model samples: {self.facts.marks_wrong[0]}")
         if self.bridge is not None and self.bridge["wrong"]:
             problems.append(f"the bridge gave wrong tokens at {self.bridge['wrong']} points: {self.bridge_examples}")
         return "\n".join(problems) or None
@@ -108,6 +112,13 @@ class VerificationReport:
                 f" {bridge['none']} None ({bridge['miss']} where it could have bridged), {bridge['wrong']} wrong"
             )
         return ", ".join(parts)
+
+    def unproven_warnings(self) -> list[str]:
+        """One line per reason some facts were proven by nothing: ``unproven: FACT, FACT: why``."""
+        by_reason: dict[str, list[str]] = {}
+        for fact, why in self.unproven.items():
+            by_reason.setdefault(why, []).append(fact)
+        return [f"unproven: {', '.join(facts)}: {why}" for why, facts in by_reason.items()]
 
     def disagreement_report(self) -> str:
         """Where a keep-going run differed: a feature table, then the smallest differing case."""
@@ -304,6 +315,9 @@ class DifferentialChecker:
         rendered = renderer.render(messages, **arguments)
         if rendered.token_ids != actual_ids or len(rendered.message_indices) != len(actual_ids):
             return Failure(case, "render() disagrees with render_ids()")
+        problem = mask_problem(renderer, rendered)
+        if problem is not None:
+            return Failure(case, f"render() marks sampled what no model samples: {problem}")
         self.report.tokens_matched += 1
         return None
 

@@ -5,7 +5,8 @@ Each ``<name>.jinja`` in FOLDER is compiled with nothing but
     python -m compiler generate --model heldout/<name> --template FILE --out OUT/<name> --cases N
 
 (no tokenizer, no flags), one at a time, each under a time limit. The table says, per template:
-``verified`` (with any warning about turn facts it could not learn), ``refused`` (the compiler's
+``verified`` (with any warning about turn facts it could not learn), ``unproven`` (verified, but
+some learned fact was proven by nothing: 0 turns read back or 0 bridge points), ``refused`` (the compiler's
 error, naming the construct and line), ``mismatch`` (verification found a difference), ``crash``
 (anything else: the last line of the traceback) or ``timeout``.
 
@@ -59,6 +60,9 @@ def classify(returncode: int | None, stdout: str, stderr: str) -> tuple[str, str
     if returncode == 0:
         verified = next((line for line in stdout.splitlines() if line.startswith("verified:")), "")
         warning = next((line for line in lines if line.startswith("warning:")), "")
+        unproven = next((line for line in lines if line.startswith("warning:") and ": unproven: " in line), "")
+        if unproven:  # verified, but some fact was proven by nothing (0 turns read back, 0 bridge points)
+            return "unproven", " | ".join(dict.fromkeys(part for part in (verified, warning, unproven) if part))
         return "verified", " | ".join(part for part in (verified, warning) if part)
     error = next((line for line in reversed(lines) if line.startswith("error:")), "")
     if error:
@@ -81,9 +85,9 @@ def compile_one(template: Path, out: Path, cases: int, timeout: float) -> Outcom
         returncode, stdout, stderr = None, "", ""
     result, detail = classify(returncode, stdout, stderr)
     module = written_module(stdout)
-    if result == "verified" and module is None:
+    if result in ("verified", "unproven") and module is None:
         detail = f"{detail} | round trip: not run, generate named no module it wrote"
-    elif result == "verified":
+    elif result in ("verified", "unproven"):
         command = [sys.executable, str(Path(__file__).resolve()), "--round-trip", str(template), str(module)]
         try:
             checked = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
@@ -201,7 +205,8 @@ def table(outcomes: list[Outcome]) -> str:
     rows = ["| template | result | seconds | detail |", "|---|---|---|---|"]
     rows += [f"| {o.template} | {o.result} | {o.seconds:.0f} | {o.detail.replace('|', '/')} |" for o in outcomes]
     verified = sum(outcome.result == "verified" for outcome in outcomes)
-    return "\n".join(rows) + f"\n\nverified: {verified}/{len(outcomes)}\n"
+    unproven = sum(outcome.result == "unproven" for outcome in outcomes)
+    return "\n".join(rows) + f"\n\nverified: {verified}/{len(outcomes)}, unproven: {unproven}/{len(outcomes)}\n"
 
 
 def results_path(folder: Path) -> Path:

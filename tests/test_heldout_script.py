@@ -114,3 +114,14 @@ def test_a_bridge_that_needs_the_call_ids_is_not_counted_a_miss(tmp_path):
     heldout, template = compiled_by_the_script(tmp_path, "name_by_call_id", NAME_BY_CALL_ID)
     module = tmp_path / "out" / "name_by_call_id" / "name_by_call_id.py"
     assert module.is_file() and heldout.round_trip(template, module) == []
+
+
+def test_unproven_templates_are_tabled_apart():
+    heldout = load_script()
+    stdout = "out/x.py\nverified: text: 5/5 match, read-back: 0/0 exact"
+    stderr = "warning: x.py: unproven: turn: no turn of the template's history continues its generation prompt\n"
+    result, detail = heldout.classify(0, stdout, stderr)
+    assert result == "unproven" and "unproven: turn" in detail
+    assert heldout.classify(0, stdout, "")[0] == "verified"
+    outcomes = [heldout.Outcome("a", "verified", 1.0, ""), heldout.Outcome("b", "unproven", 1.0, detail)]
+    assert "verified: 1/2, unproven: 1/2" in heldout.table(outcomes)

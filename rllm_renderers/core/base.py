@@ -86,6 +86,9 @@ class GeneratedRenderer(ABC):
     #: Turn-level facts the compiler could not learn, with the reason: the render is still exact,
     #: but ``parse_response`` then returns the raw content with a status and the bridge returns None.
     UNLEARNED: ClassVar[dict[str, str]] = {}
+    #: Learned facts that nothing proved when the class was compiled (no sample turn read back),
+    #: with the reason: used as learned, reported as ``unproven`` by ``compiler list``.
+    UNPROVEN: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self,
@@ -587,9 +590,47 @@ class GeneratedRenderer(ABC):
             body = text[start:end]
             own_text = first_caller.get(index, end) - start
             header = self._header_end(body, prompt, start, token_starts, own_text)
+            if not header and prompt != prompt.lstrip() and prompt.strip():
+                # the prompt starts with the line break the previous message writes before a history
+                # turn's header (Falcon's "\nAssistant:"): the header is the rest of the prompt
+                header = self._header_end(body, prompt.lstrip(), start, token_starts, own_text)
             close_end = end - len(after_close) if after_close and body.endswith(after_close) else end
-            ranges.append((start + header, close_end))
+            runs = self._sampled_runs(text, start + header, close_end, prompt)
+            ranges += [(low, high) for low, high in runs if self._sampleable(text[low:high])]
         return ranges
+
+    def _sampleable(self, run: str) -> bool:
+        """Whether a model sampling after the generation prompt can write ``run`` for this message.
+
+        Where the reasoning has no open marker the model starts every turn in its reasoning
+        (Apriel's prompt ends ``Here are my reasoning steps:\n``), so a turn the template writes
+        without the reasoning close (a history turn without reasoning, ``<|assistant|>\nFour.``)
+        is one no model samples: sampled, those tokens are unfinished reasoning, not the answer
+        (``parse_response`` reads them so). Such a turn is not marked sampled.
+        """
+        reasoning = self.REASONING
+        return reasoning is None or bool(reasoning.open) or not reasoning.close or reasoning.close in run
+
+    def _sampled_runs(self, text: str, begin: int, end: int, opening: str) -> list[tuple[int, int]]:
+        """The parts of an assistant turn's text ``text[begin:end]`` the model samples: from ``begin``
+        through the first stop, then, where the turn goes on after that stop with the opening the
+        engine writes (gpt-oss writes one ``<|start|>assistant to=functions.NAME...<|call|>`` per
+        parallel call), from after that opening through the next stop, and so on. Text after a stop
+        that no opening follows is not sampled: the model stopped there."""
+        stops = [stop for stop in self.get_stop_strings() if stop]
+        runs = []
+        while begin < end:
+            found = [(at, -len(stop)) for stop in stops if (at := text.find(stop, begin, end)) >= 0]
+            if not found:
+                runs.append((begin, end))
+                break
+            at, negative_length = min(found)
+            stop_end = at - negative_length
+            runs.append((begin, stop_end))
+            if not opening or not text.startswith(opening, stop_end) or stop_end + len(opening) > end:
+                break
+            begin = stop_end + len(opening)
+        return runs
 
     def _header_end(self, body: str, prompt: str, start: int, token_starts: set[int] | None, first_caller: int) -> int:
         """Where the sampled part of an assistant turn's text ``body`` (at ``start`` of the render) begins.

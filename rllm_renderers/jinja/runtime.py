@@ -53,7 +53,7 @@ from .tests import __all__ as _TEST_NAMES
 from .builtins import *  # noqa: F401,F403  (the name tables, and the builtins that use them)
 from .builtins import __all__ as _BUILTIN_NAMES
 from .values import *  # noqa: F401,F403
-from .values import Namespace, TemplateDict, TemplateError, name_type_as_jinja_does
+from .values import Namespace, TemplateDict, TemplateError, Undefined, name_type_as_jinja_does
 from .values import __all__ as _VALUE_NAMES
 from .frozen_inputs import memoized_macro, template_tools  # noqa: F401  (generated code and base call them)
 from .caller_text import MARKED_TYPES, marked_join
@@ -75,6 +75,7 @@ __all__ = [
     "new_dict",
     "Cycler",
     "Joiner",
+    "TemplateReference",
     "concat",
 ]
 
@@ -211,6 +212,23 @@ class Joiner:
         return self.sep
 
 
+class TemplateReference:
+    """Jinja's ``self`` (the template itself, whose attributes are its blocks): a chat template
+    compiled from a string has none, so ``self.X`` is undefined, and ``self`` prints as Jinja's
+    ``<TemplateReference None>``. It is never an input: apply_chat_template cannot pass ``self``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: Any) -> Undefined:
+        return Undefined(name, self)
+
+    def __repr__(self) -> str:
+        return "<TemplateReference None>"
+
+    __str__ = __repr__
+
+
+name_type_as_jinja_does(TemplateReference, "jinja2.runtime.TemplateReference")
 name_type_as_jinja_does(Cycler, "jinja2.utils.Cycler")
 name_type_as_jinja_does(Joiner, "jinja2.utils.Joiner")
 
