@@ -122,6 +122,7 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
     if renderer_class.TURN is None:
         return proof
     base_read: set[str] | None = None  # the sample turns read back with the base knobs
+    base_settings: dict = dict(features.base_knobs)
     for settings in knob_settings(features):
         try:
             renderer = shaped(renderer_class(tokenizer, special_tokens=dict(special_tokens), **settings))
@@ -139,7 +140,7 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
                 read.add(label)
             elif proof.skipped > skipped:
                 unread.append(label)
-        if base_read and unread and not read:
+        if base_read and unread and not read and not writes_knob_text(renderer, settings, base_settings):
             # a fact learned under the base knobs must hold under every value the class accepts: here
             # no sample turn continues the generation prompt (it opens a block history never writes)
             proof.fail(
@@ -154,6 +155,16 @@ def prove_facts(renderer_class: type, tokenizer: Any, special_tokens: dict[str, 
         plain = sample_turns()["plain"]
         read_back(renderer, "plain", plain, settings, proof, [USER, plain, follower(plain)], " a round later")
     return proof
+
+
+def writes_knob_text(renderer, settings: dict, base_settings: dict) -> bool:
+    """Whether the generation prompt holds a knob's own text (Jamba's ``generation_preamble``): a
+    prefill the caller writes and history never shows. No turn reads back after it, yet nothing the
+    class learned is wrong there: the turn goes on as under the base knobs. (A knob that switches
+    the template's own text, DeepSeek-V3.1's ``thinking``, still has to read back.)"""
+    prompt = renderer.generation_prompt()
+    changed = [value for knob, value in settings.items() if base_settings.get(knob) != value]
+    return any(isinstance(value, str) and value.strip() and value in prompt for value in changed)
 
 
 def fact_markers(renderer) -> set[str]:
