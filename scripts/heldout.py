@@ -53,6 +53,10 @@ class Outcome:
     detail: str
 
 
+#: Results that verified: "unproven" verified too, with a fact nothing could prove (reported apart).
+VERIFIED = ("verified", "unproven")
+
+
 def classify(returncode: int | None, stdout: str, stderr: str) -> tuple[str, str]:
     lines = [line for line in stderr.splitlines() if line.strip()]
     if returncode is None:
@@ -85,9 +89,9 @@ def compile_one(template: Path, out: Path, cases: int, timeout: float) -> Outcom
         returncode, stdout, stderr = None, "", ""
     result, detail = classify(returncode, stdout, stderr)
     module = written_module(stdout)
-    if result in ("verified", "unproven") and module is None:
+    if result in VERIFIED and module is None:
         detail = f"{detail} | round trip: not run, generate named no module it wrote"
-    elif result in ("verified", "unproven"):
+    elif result in VERIFIED:
         command = [sys.executable, str(Path(__file__).resolve()), "--round-trip", str(template), str(module)]
         try:
             checked = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
@@ -242,7 +246,7 @@ def compare(previous: dict[str, dict], outcomes: list[Outcome]) -> tuple[list[st
         before = previous.get(outcome.template)
         if before is None:
             changes.append(f"new: {outcome.template} {outcome.result}")
-        elif before["result"] == "verified" and outcome.result != "verified":
+        elif before["result"] in VERIFIED and outcome.result not in VERIFIED:
             regressions.append(f"REGRESSION: {outcome.template} verified before, {outcome.result} now: {outcome.detail}")
         elif before["result"] != outcome.result:
             changes.append(f"changed: {outcome.template} {before['result']} -> {outcome.result}")

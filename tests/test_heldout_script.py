@@ -125,3 +125,15 @@ def test_unproven_templates_are_tabled_apart():
     assert heldout.classify(0, stdout, "")[0] == "verified"
     outcomes = [heldout.Outcome("a", "verified", 1.0, ""), heldout.Outcome("b", "unproven", 1.0, detail)]
     assert "verified: 1/2, unproven: 1/2" in heldout.table(outcomes)
+
+
+def test_a_template_that_verified_and_is_now_unproven_is_no_regression():
+    """"unproven" verified too (a fact nothing could prove, reported apart); a crash after it is a
+    regression."""
+    heldout = load_script()
+    Outcome, compare = heldout.Outcome, heldout.compare
+    previous = {"a": {"result": "verified", "detail": "x"}, "b": {"result": "unproven", "detail": "y"}}
+    outcomes = [Outcome("a", "unproven", 1.0, "x"), Outcome("b", "crash", 1.0, "SyntaxError")]
+    regressions, changes = compare(previous, outcomes)
+    assert [line.split(":")[1].split()[0] for line in regressions] == ["b"]
+    assert changes == ["changed: a verified -> unproven"]
